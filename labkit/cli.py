@@ -1,0 +1,70 @@
+"""``labkit`` console command: ``labkit doctor``, ``labkit provision``, ``labkit run CHAPTER``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from . import hardware
+    from .profile import profile, set_threads
+
+    set_threads()
+    info = hardware.detect()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    p = profile()
+    print(hardware.format_report(info))
+    print(f"profile       {p.name} (LLM {p.llm}, Whisper {p.whisper}, diffusion {p.diffusion})")
+    if args.measure:
+        from . import microbench
+
+        dev = info["device"]
+        bw = microbench.memory_bandwidth(dev)
+        print(f"bandwidth     {bw['gbps']:.1f} GB/s measured (copy of {bw['bytes'] / 1e6:.0f} MB)")
+        for dtype in microbench.matmul_dtypes(dev):
+            r = microbench.matmul_tflops(dev, dtype=dtype)
+            print(f"matmul {dtype:<8} {r['tflops']:.3f} TFLOPS measured (n={r['n']})")
+    return 0
+
+
+def _provision(args: argparse.Namespace) -> int:
+    from .models import ProvisionError, provision
+
+    try:
+        for name, path in provision().items():
+            print(f"{name:<24} {path}")
+    except ProvisionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .chapters import run_chapter
+
+    return run_chapter(args.chapter, timeout=args.timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="labkit", description="Inference Engineering Lab toolkit")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("doctor", help="describe this machine (and measure it with --measure)")
+    d.add_argument("--json", action="store_true", help="print the raw detection as JSON")
+    d.add_argument("--measure", action="store_true", help="also measure bandwidth and matmul TFLOPS")
+    d.set_defaults(fn=_doctor)
+    p = sub.add_parser("provision", help="check and convert the bundled models (no network)")
+    p.set_defaults(fn=_provision)
+    r = sub.add_parser("run", help="execute a chapter notebook headless and print its checks")
+    r.add_argument("chapter", help="short name, e.g. setup, concepts, metrics")
+    r.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    r.set_defaults(fn=_run)
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

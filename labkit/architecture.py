@@ -1,0 +1,156 @@
+"""Explore a model's architecture from its ``config.json`` (chapter 03, "How LLMs work").
+
+:func:`load_config` reads a config: the public configs shipped in ``data/configs``
+(``Qwen3-4B``, ``Llama-3-8B``, ``DeepSeek-V3``, ``Qwen3-235B-A22B``), the bundled model's own
+(``smollm2-135m``), a local file or folder, or a hub repository (``Qwen/Qwen3-4B``, online only).
+:func:`param_count` counts parameters from the config alone, weight matrix by weight matrix,
+for dense llama-style models (Llama, Qwen2/3, Mistral), Qwen3-MoE / Mixtral-style mixtures of
+experts and DeepSeek-V3 (multi-head latent attention, shared + routed experts).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
+# Shipped copies and the hub repository each was copied from (see data/configs/README.md).
+SHIPPED: dict[str, str] = {
+    "Qwen3-4B": "Qwen/Qwen3-4B",
+    "Llama-3-8B": "meta-llama/Meta-Llama-3-8B",
+    "DeepSeek-V3": "deepseek-ai/DeepSeek-V3",
+    "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
+}
+
+
+def load_config(name: str | None = None) -> dict[str, Any]:
+    """A model's config as a dict.
+
+    ``name``: a shipped name (see ``SHIPPED``), a bundled model (``smollm2-135m``), a path to a
+    ``config.json`` or to a folder holding one, or a hub repository such as ``Qwen/Qwen3-4B``
+    (downloads ``config.json`` only: needs a network). ``None``: the active profile's LLM.
+    Multimodal configs that nest the language model under ``text_config`` are returned whole.
+    """
+    from .models import LOCAL_LLMS, llm_dir
+    from .profile import profile
+
+    name = name or profile().llm
+    if name in SHIPPED:
+        return json.loads((CONFIG_DIR / f"{name}.json").read_text())
+    if name in LOCAL_LLMS:
+        return json.loads((llm_dir("float32", name) / "config.json").read_text())
+    path = Path(name).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    if "/" in name and not path.exists() and name.count("/") == 1 and not name.startswith((".", "/")):
+        from huggingface_hub import hf_hub_download
+
+        try:
+            return json.loads(Path(hf_hub_download(name, "config.json")).read_text())
+        except Exception as e:  # offline, gated repository, typo: say what works instead
+            raise ValueError(
+                f"could not fetch config.json of {name!r} from the hub ({type(e).__name__}: {e}). "
+                f"Offline, use a shipped config: {sorted(SHIPPED)}, or 'smollm2-135m'."
+            ) from e
+    raise ValueError(
+        f"unknown model {name!r}: use a shipped config {sorted(SHIPPED)}, 'smollm2-135m', a path to a "
+        "config.json, or a hub repository name like 'Qwen/Qwen3-4B' (online)."
+    )
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language-model part of a config (``text_config`` of multimodal models, else itself)."""
+    return config["text_config"] if "hidden_size" not in config and "text_config" in config else config
+
+
+def _attention_params(c: dict[str, Any]) -> int:
+    h, n_heads = c["hidden_size"], c["num_attention_heads"]
+    if c.get("kv_lora_rank"):  # DeepSeek multi-head latent attention
+        qk_head = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+        q_rank = c.get("q_lora_rank")
+        q = h * q_rank + q_rank + q_rank * n_heads * qk_head if q_rank else h * n_heads * qk_head
+        kv_rank = c["kv_lora_rank"]
+        kv = h * (kv_rank + c["qk_rope_head_dim"]) + kv_rank
+        kv += kv_rank * n_heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
+        return q + kv + n_heads * c["v_head_dim"] * h
+    head_dim = c.get("head_dim") or h // n_heads
+    n_kv = c.get("num_key_value_heads") or n_heads
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    params = h * q + 2 * h * kv + q * h
+    if c.get("attention_bias") or c.get("model_type") in {"qwen2", "qwen2_moe"}:
+        params += q + 2 * kv  # q/k/v biases (Qwen2 always has them)
+    if c.get("model_type", "").startswith("qwen3"):
+        params += 2 * head_dim  # per-head RMSNorm on queries and keys
+    return params
+
+
+def _moe_layout(c: dict[str, Any]) -> tuple[int, int, int, int, set[int]]:
+    """(routed experts, experts per token, shared-expert hidden width, expert hidden width,
+    indices of MoE layers); no experts -> (0, 0, 0, 0, empty set)."""
+    n_layers = c["num_hidden_layers"]
+    n_routed = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts") or 0
+    if not n_routed:
+        return 0, 0, 0, 0, set()
+    expert_width = c.get("moe_intermediate_size") or c["intermediate_size"]
+    if "first_k_dense_replace" in c:  # DeepSeek
+        freq = c.get("moe_layer_freq", 1)
+        moe = {i for i in range(c["first_k_dense_replace"], n_layers) if i % freq == 0}
+    else:  # Qwen-MoE, Mixtral
+        step = c.get("decoder_sparse_step", 1) or 1
+        only_mlp = set(c.get("mlp_only_layers") or [])
+        moe = {i for i in range(n_layers) if i not in only_mlp and (i + 1) % step == 0}
+    shared = (c.get("n_shared_experts") or 0) * expert_width + (c.get("shared_expert_intermediate_size") or 0)
+    return n_routed, c["num_experts_per_tok"], shared, expert_width, moe
+
+
+def param_count(config: dict[str, Any]) -> dict[str, int]:
+    """Parameters of a decoder-only transformer computed from its config.
+
+    Returns ``{"total": int, "active": int}``: all weights, and those one token uses (shared
+    weights plus ``num_experts_per_tok`` routed experts per MoE layer; embeddings included,
+    as model cards count them). Dense models have ``active == total``. Multi-token-prediction
+    modules (DeepSeek-V3's ``num_nextn_predict_layers``) are not counted, as in the 671 B figure.
+    """
+    c = text_config(config)
+    h, vocab, n_layers = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+    mlp = lambda width: 3 * h * width  # SwiGLU: gate, up, down
+    n_routed, top_k, shared, expert_width, moe_layers = _moe_layout(c)
+    per_layer_fixed = _attention_params(c) + 2 * h  # attention + two RMSNorms
+    total = active = 0
+    for i in range(n_layers):
+        total += per_layer_fixed
+        active += per_layer_fixed
+        if i in moe_layers:
+            router = n_routed * h + (n_routed if c.get("topk_method") == "noaux_tc" else 0)
+            shared_p = mlp(shared) + (h if c.get("shared_expert_intermediate_size") else 0)
+            total += router + shared_p + n_routed * mlp(expert_width)
+            active += router + shared_p + top_k * mlp(expert_width)
+        else:
+            total += mlp(c["intermediate_size"])
+            active += mlp(c["intermediate_size"])
+    embeddings = vocab * h * (1 if c.get("tie_word_embeddings", False) else 2) + h  # + final norm
+    return {"total": total + embeddings, "active": active + embeddings}
+
+
+def summary(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields the tutorial prints (architecture, hidden size, layers, heads, vocabulary) plus
+    KV heads, head dim, experts and the parameter counts, as one flat dict."""
+    c = text_config(config)
+    n_routed, top_k, *_ = _moe_layout(c)
+    counts = param_count(config)
+    return {
+        "architecture": (config.get("architectures") or [c.get("model_type")])[0],
+        "hidden_size": c["hidden_size"],
+        "layers": c["num_hidden_layers"],
+        "heads": c["num_attention_heads"],
+        "kv_heads": c.get("num_key_value_heads") or c["num_attention_heads"],
+        "head_dim": c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+        "vocab_size": c["vocab_size"],
+        "experts": n_routed,
+        "experts_per_token": top_k,
+        "params_total": counts["total"],
+        "params_active": counts["active"],
+    }

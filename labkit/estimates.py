@@ -62,3 +62,27 @@ def fit_table(memory_bytes: float, models: dict[str, float], dtypes: tuple[str, 
             row[f"{d}_fits"] = fits(params, d, memory_bytes, overhead)
         rows.append(row)
     return rows
+
+
+def safetensors_params(path) -> int:
+    """Number of parameters stored in a ``.safetensors`` file, read from its header only
+    (no tensor is loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(path), framework="pt") as f:
+        for key in f.keys():
+            total += math.prod(f.get_slice(key).get_shape())
+    return total
+
+
+def tensor_bytes(module) -> int:
+    """Bytes held by a torch module's parameters and buffers (each tensor's numel × element size;
+    tied tensors counted once)."""
+    seen, total = set(), 0
+    for t in list(module.parameters()) + list(module.buffers()):
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        total += t.numel() * t.element_size()
+    return total

@@ -10,7 +10,7 @@ import math
 # Bytes per parameter. GGUF block formats store a scale (and a minimum) per block of 32:
 # Q8_0 = 34 bytes / 32 weights, Q4_0 = 18 / 32, Q4_1 = 20 / 32, Q4_K_M ≈ 4.85 bits on average.
 BYTES_PER_PARAM: dict[str, float] = {
-    "float32": 4, "fp32": 4,
+    "float32": 4, "fp32": 4, "f32": 4, "f16": 2,
     "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
     "fp8": 1, "int8": 1, "q8_0": 34 / 32,
     "q4_1": 20 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8, "int4": 0.5, "fp4": 0.5,
@@ -76,11 +76,11 @@ def safetensors_params(path) -> int:
     return total
 
 
-def tensor_bytes(module) -> int:
-    """Bytes held by a torch module's parameters and buffers (each tensor's numel × element size;
-    tied tensors counted once)."""
+def tensor_bytes(module, buffers: bool = True) -> int:
+    """Bytes held by a torch module's parameters (and buffers, unless ``buffers=False``): each
+    tensor's numel × element size, tied tensors counted once."""
     seen, total = set(), 0
-    for t in list(module.parameters()) + list(module.buffers()):
+    for t in list(module.parameters()) + (list(module.buffers()) if buffers else []):
         if t.data_ptr() in seen:
             continue
         seen.add(t.data_ptr())

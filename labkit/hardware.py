@@ -181,3 +181,19 @@ def format_report(info: dict[str, Any]) -> str:
         f"python / OS   {info['python']} / {info['os']}",
     ]
     return "\n".join(lines)
+
+
+def memory_in_use(device: str) -> int:
+    """Bytes of memory in use that a model load would add to: allocated CUDA or MPS memory on a
+    GPU, the process's resident set size (RSS) on the CPU (chapter 01)."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
+    if device.startswith("mps"):
+        torch.mps.synchronize()
+        return torch.mps.current_allocated_memory()
+    import psutil
+
+    return psutil.Process().memory_info().rss

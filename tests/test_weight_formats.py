@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from labkit import weight_formats as wf
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path):
+    sd = {"a.weight": torch.randn(64, 32), "b.bias": torch.arange(10, dtype=torch.bfloat16)}
+    st = tmp_path / "m.safetensors"
+    save_file(sd, str(st))
+    return sd, st
+
+
+def test_header_read_by_hand_matches_safe_open(tiny_checkpoint):
+    sd, st = tiny_checkpoint
+    header = wf.read_safetensors_header(st)
+    with safe_open(str(st), framework="pt") as f:
+        assert sorted(k for k in header if k != "__metadata__") == sorted(f.keys())
+    assert header["a.weight"]["dtype"] == "F32" and header["a.weight"]["shape"] == [64, 32]
+    start, end = header["b.bias"]["data_offsets"]
+    assert end - start == 10 * 2
+
+
+def test_header_rejects_a_non_safetensors_file(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\xff" * 16)
+    with pytest.raises(ValueError, match="implausible"):
+        wf.read_safetensors_header(bad)
+
+
+def test_pickle_copy_and_load_timings(tiny_checkpoint, tmp_path):
+    sd, st = tiny_checkpoint
+    pt = wf.write_pickle_copy(st, tmp_path / "m.pt")
+    loaded = torch.load(pt, weights_only=True)  # our own file, plain tensors
+    assert all(torch.equal(loaded[k], sd[k]) for k in sd)
+    r = wf.time_loads(st, pt, repeats=2)
+    assert set(r) == {"safetensors", "safetensors one tensor", "torch.load", "torch.load mmap"}
+    assert all(v["open_s"] > 0 and v["ready_s"] > 0 for v in r.values())
+
+
+def test_touch_pages_reads_every_tensor():
+    sd = {"x": torch.ones(10_000), "y": torch.ones(3)}
+    assert wf.touch_pages(sd, page_bytes=4) == 10_003
+
+
+def test_crafted_checkpoint_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "PWNED"
+    path = wf.write_crafted_checkpoint(tmp_path / "evil.pt", marker)
+    assert not marker.exists()  # writing it ran nothing
+    assert "builtins.exec" in wf.pickle_globals(path)  # the pickle asks for exec(...)
+    ok, message = wf.safe_load(path)
+    assert not ok and "exec" in message
+    assert not marker.exists()  # and refusing it ran nothing either
+
+
+def test_safe_load_accepts_plain_weights(tmp_path):
+    torch.save({"w": torch.zeros(2)}, tmp_path / "ok.pt")
+    assert wf.safe_load(tmp_path / "ok.pt") == (True, "")
+    assert wf.pickle_globals(tmp_path / "ok.pt") == []
+
+
+def test_q4_1_block_by_hand_matches_gguf_library():
+    import gguf
+
+    rng = np.random.default_rng(0)
+    blocks = np.concatenate([
+        np.array([0.05, -0.4], dtype=np.float16).view(np.uint8)[None, :].repeat(3, 0),
+        rng.integers(0, 256, size=(3, 16), dtype=np.uint8)], axis=1)
+    expected = gguf.quants.dequantize(blocks.reshape(-1), gguf.GGMLQuantizationType.Q4_1)
+    ours = np.concatenate([wf.dequantize_q4_1_block(b) for b in blocks])
+    np.testing.assert_allclose(ours, expected.reshape(-1), rtol=1e-6)
+    with pytest.raises(ValueError):
+        wf.dequantize_q4_1_block(b"\x00" * 19)
+
+
+@pytest.mark.slow
+def test_bundled_gguf_summary():
+    import gguf
+
+    from labkit.models import gguf_path
+
+    s = wf.gguf_summary(gguf_path())
+    assert s["types"]["Q4_1"]["tensors"] == 210 and s["types"]["Q8_0"]["tensors"] == 1
+    assert s["types"]["Q4_1"]["bits_per_weight"] == 5.0 and s["types"]["Q8_0"]["bits_per_weight"] == 8.5
+    assert s["params"] == 134_515_008
+    assert s["metadata"]["general.architecture"] == "llama"
+    t = wf.gguf_tensor(gguf_path())
+    first_block = t.data[0, :20]
+    np.testing.assert_allclose(wf.dequantize_q4_1_block(first_block),
+                               gguf.quants.dequantize(first_block, t.tensor_type), rtol=1e-6)

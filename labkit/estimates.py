@@ -51,7 +51,8 @@ def min_gpus(params: float, dtype: str, gpu_memory_bytes: float, overhead: float
     return math.ceil(weight_bytes(params, dtype) * overhead / gpu_memory_bytes)
 
 
-def fit_table(memory_bytes: float, models: dict[str, float], dtypes: tuple[str, ...] = ("fp32", "bf16", "int8", "q4_k_m"),
+def fit_table(memory_bytes: float, models: dict[str, float],
+              dtypes: tuple[str, ...] = ("fp32", "bf16", "int8", "q4_k_m"),
               overhead: float = 1.2) -> list[dict]:
     """One row per model: weight GB per dtype and whether it fits ``memory_bytes`` with ``overhead``."""
     rows = []

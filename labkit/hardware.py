@@ -151,8 +151,9 @@ def nvidia_smi_snapshot() -> list[dict[str, Any]]:
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
             util = pynvml.nvmlDeviceGetUtilizationRates(h)
-            out.append({"index": i, "name": pynvml.nvmlDeviceGetName(h), "memory_used_bytes": mem.used,
-                        "memory_total_bytes": mem.total, "gpu_util_pct": util.gpu, "mem_util_pct": util.memory,
+            out.append({"index": i, "name": pynvml.nvmlDeviceGetName(h),
+                        "memory_used_bytes": mem.used, "memory_total_bytes": mem.total,
+                        "gpu_util_pct": util.gpu, "mem_util_pct": util.memory,
                         "driver": pynvml.nvmlSystemGetDriverVersion()})
     finally:
         pynvml.nvmlShutdown()

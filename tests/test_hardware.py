@@ -1,0 +1,55 @@
+import pytest
+import torch
+
+from labkit import hardware
+
+
+def test_detect_reports_a_usable_device():
+    info = hardware.detect()
+    assert info["device"] in ("cpu", "cuda", "mps")
+    assert info["accelerator"]["memory_bytes"] > 0
+    assert info["cpu"]["logical_cores"] >= 1 and info["cpu"]["ram_bytes"] > 0
+    torch.ones(2, device=info["device"]).sum().item()  # the detected device really runs work
+    text = hardware.format_report(info)
+    assert info["device"] in text and "GiB" in text
+
+
+def test_resolve_device():
+    assert hardware.resolve_device("cpu") == "cpu"
+    assert hardware.resolve_device("auto") in ("cpu", "cuda", "mps")
+    with pytest.raises(ValueError, match="unknown device"):
+        hardware.resolve_device("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on machines without CUDA")
+def test_unavailable_cuda_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        hardware.resolve_device("cuda")
+
+
+def test_cpu_isa_flags_are_known_names():
+    isa = hardware.cpu_info()["isa"]
+    assert set(isa) <= set(hardware.ISA_FLAGS)
+
+
+def test_fake_cuda_detection(monkeypatch):
+    class Props:
+        name, total_memory, major, minor, multi_processor_count = "Fake H100", 80 * 2**30, 9, 0, 132
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    info = hardware.detect()
+    acc = info["accelerator"]
+    assert info["device"] == "cuda" and acc["compute_capability"] == "9.0"
+    assert acc["memory_bytes"] == 80 * 2**30 and acc["fp8"] and acc["bf16"]
+    assert "compute cap." in hardware.format_report(info)
+
+
+def test_memory_in_use_grows_with_allocation():
+    before = hardware.memory_in_use("cpu")
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    after = hardware.memory_in_use("cpu")
+    assert after - before > 32 * 2**20
+    del block

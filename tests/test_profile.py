@@ -1,0 +1,42 @@
+import pytest
+
+from labkit import profile as prof
+
+
+def test_default_profile_is_small(monkeypatch):
+    monkeypatch.delenv("LABKIT_PROFILE", raising=False)
+    p = prof.profile()
+    assert p.name == "small" and p.llm == "smollm2-135m" and p.device == "cpu"
+
+
+def test_full_profile_names_the_tutorials_models(monkeypatch):
+    monkeypatch.setenv("LABKIT_PROFILE", "FULL")
+    p = prof.profile()
+    assert (p.llm, p.whisper, p.diffusion) == (
+        "Qwen/Qwen3-4B", "large-v3", "stabilityai/stable-diffusion-xl-base-1.0")
+
+
+def test_unknown_profile_says_what_to_use(monkeypatch):
+    monkeypatch.setenv("LABKIT_PROFILE", "huge")
+    with pytest.raises(ValueError, match="small"):
+        prof.profile()
+
+
+def test_threads(monkeypatch):
+    monkeypatch.setenv("LABKIT_THREADS", "1")
+    assert prof.default_threads() == 1
+    monkeypatch.delenv("LABKIT_THREADS")
+    monkeypatch.setattr(prof.os, "cpu_count", lambda: 2)
+    assert prof.default_threads() == 1
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        assert prof.set_threads(1) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cache_dir_honours_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "c"))
+    assert prof.cache_dir() == tmp_path / "c" and (tmp_path / "c").is_dir()

@@ -1,0 +1,222 @@
+"""A llama-architecture LLM forward pass from scratch, in plain PyTorch (chapter 03, "How LLMs work").
+
+Reads the same ``model.safetensors`` the transformers model loads and reproduces its logits:
+token embedding, then per layer RMSNorm -> grouped-query attention with rotary position
+embeddings (RoPE) -> residual add -> RMSNorm -> SwiGLU MLP -> residual add, then a final RMSNorm
+and the LM head (tied to the embedding in SmolLM2). An optional KV cache (a list of ``(k, v)``
+per layer) turns each decode step from "reprocess the whole sequence" into "process one token".
+Qwen3's per-head query/key norms and Qwen2's q/k/v biases are honoured when the weights have them.
+In the style of gpt-fast: functions over a dict of tensors, no framework.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .attention import attention
+from .hardware import synchronize
+
+Weights = dict[str, torch.Tensor]
+Cache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Config:
+    """The numbers of a llama-style model that the forward pass needs (from ``config.json``)."""
+
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    rope_theta: float
+    norm_eps: float
+
+
+def config_from_dict(c: dict[str, Any]) -> Config:
+    """:class:`Config` from a transformers ``config.json`` dict (old ``rope_theta`` or new
+    ``rope_parameters`` spelling). Only the default RoPE is implemented."""
+    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ValueError(f"RoPE scaling {rope!r} is not implemented in the from-scratch model")
+    return Config(
+        dim=c["hidden_size"],
+        n_layers=c["num_hidden_layers"],
+        n_heads=c["num_attention_heads"],
+        n_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
+        head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+        ffn_dim=c["intermediate_size"],
+        vocab_size=c["vocab_size"],
+        rope_theta=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
+        norm_eps=float(c["rms_norm_eps"]),
+    )
+
+
+def load(folder: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> tuple[Weights, Config]:
+    """Weights (every ``*.safetensors`` file in ``folder``, via ``safetensors.torch.load_file``)
+    and :class:`Config` of a transformers checkpoint folder, e.g. ``labkit.models.llm_dir()``."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors file in {folder}; pass a transformers checkpoint folder")
+    weights: Weights = {}
+    for f in files:
+        weights.update(load_file(f, device=str(device)))
+    if dtype is not None:
+        weights = {k: v.to(dtype) for k, v in weights.items()}
+    return weights, config_from_dict(json.loads((folder / "config.json").read_text()))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm: scale ``x`` to unit root-mean-square over its last axis (in fp32), times ``weight``."""
+    xf = x.float()
+    return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def rope_cos_sin(
+    cfg: Config, positions: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding tables for ``positions``: ``cos``, ``sin`` of shape ``(T, head_dim)``."""
+    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=positions.device).float()
+                                        / cfg.head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each (i, i + D/2) pair of ``x`` (``B, H, T, D``) by its position's angle."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def _linear(x: torch.Tensor, w: Weights, name: str) -> torch.Tensor:
+    return F.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+
+
+def cache_len(cache: Cache | None) -> int:
+    """Number of tokens a cache holds (0 for ``None`` or empty)."""
+    return cache[0][0].shape[2] if cache else 0
+
+
+def forward(
+    w: Weights,
+    cfg: Config,
+    tokens: torch.Tensor,
+    cache: Cache | None = None,
+    attn_maps: list[torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Logits ``(B, T, vocab)`` for ``tokens`` ``(B, T)``.
+
+    ``cache``: ``None`` (no cache: the tokens are the whole sequence) or a list, empty at first,
+    that this call extends in place with each layer's keys and values; the tokens then continue
+    the sequence the cache holds. ``attn_maps``: a list to which each layer's attention weights
+    ``(B, heads, T, T_total)`` are appended (to plot them).
+    """
+    b, t = tokens.shape
+    start = cache_len(cache)
+    positions = torch.arange(start, start + t, device=tokens.device)
+    cos, sin = rope_cos_sin(cfg, positions, w["model.norm.weight"].dtype)
+    x = F.embedding(tokens, w["model.embed_tokens.weight"])
+    for i in range(cfg.n_layers):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.norm_eps)
+        q = _linear(h, w, p + "self_attn.q_proj").view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+        k = _linear(h, w, p + "self_attn.k_proj").view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        v = _linear(h, w, p + "self_attn.v_proj").view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: RMSNorm over each head's query and key
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg.norm_eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg.norm_eps)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            if len(cache) > i:
+                k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
+        out, probs = attention(q, k, v, causal=True)
+        if attn_maps is not None:
+            attn_maps.append(probs)
+        out = out.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim)
+        x = x + _linear(out, w, p + "self_attn.o_proj")
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.norm_eps)
+        gate, up = _linear(h, w, p + "mlp.gate_proj"), _linear(h, w, p + "mlp.up_proj")
+        x = x + _linear(F.silu(gate) * up, w, p + "mlp.down_proj")
+    x = rms_norm(x, w["model.norm.weight"], cfg.norm_eps)
+    return F.linear(x, w.get("lm_head.weight", w["model.embed_tokens.weight"]))  # tied head: reuse embedding
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """Most likely next token of each sequence: ``(B, T, V)`` -> ``(B, 1)``."""
+    return logits[:, -1].argmax(-1, keepdim=True)
+
+
+@torch.no_grad()
+def generate(
+    w: Weights,
+    cfg: Config,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    use_cache: bool = True,
+    pick: Callable[[torch.Tensor], torch.Tensor] = greedy,
+    eos_id: int | None = None,
+) -> dict[str, Any]:
+    """Generate up to ``max_new_tokens`` after ``prompt`` ``(1, T)``, timing each forward pass.
+
+    Returns ``{"tokens": list[int] (new tokens), "prefill_s": float (first forward: the whole
+    prompt, gives the first token), "step_s": list[float] (each later forward, seconds)}``.
+    Without a cache every step re-runs the whole sequence so far; with one it feeds one token.
+    ``pick`` turns logits into the next token (greedy by default; see :mod:`labkit.sampling`).
+    """
+    device = prompt.device
+    cache: Cache | None = [] if use_cache else None
+    seq, new, times = prompt, [], []
+    for step in range(max_new_tokens):
+        feed = seq if (step == 0 or cache is None) else seq[:, -1:]
+        synchronize(str(device))
+        t0 = time.perf_counter()
+        logits = forward(w, cfg, feed, cache)
+        nxt = pick(logits)
+        synchronize(str(device))
+        times.append(time.perf_counter() - t0)
+        new.append(int(nxt))
+        seq = torch.cat([seq, nxt.view(1, 1).to(device)], dim=1)
+        if eos_id is not None and new[-1] == eos_id:
+            break
+    return {"tokens": new, "prefill_s": times[0], "step_s": times[1:]}
+
+
+@torch.no_grad()
+def decode_step_seconds(
+    w: Weights, cfg: Config, context: torch.Tensor, use_cache: bool, steps: int = 3
+) -> list[float]:
+    """Seconds per decode step right after a ``context`` of ``(1, n)`` tokens, for ``steps`` steps.
+    With a cache the context is prefilled first (not timed) and each step feeds one token;
+    without, each step recomputes keys and values for the whole sequence."""
+    device = context.device
+    cache: Cache | None = [] if use_cache else None
+    seq = context
+    if cache is not None:
+        seq = torch.cat([seq, greedy(forward(w, cfg, seq, cache))], dim=1)
+    out = []
+    for _ in range(steps):
+        feed = seq[:, -1:] if cache is not None else seq
+        synchronize(str(device))
+        t0 = time.perf_counter()
+        nxt = greedy(forward(w, cfg, feed, cache))
+        synchronize(str(device))
+        out.append(time.perf_counter() - t0)
+        seq = torch.cat([seq, nxt], dim=1)
+    return out

@@ -1,0 +1,78 @@
+"""From-scratch forward pass vs transformers (labkit.scratch_llama, chapter 03)."""
+
+import pytest
+import torch
+
+from labkit import scratch_llama as sl
+from labkit.kvcache import cache_tensor_bytes, kv_cache_bytes
+
+
+def _tiny(tmp_path, kind):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    common = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=97, rms_norm_eps=1e-6)
+    if kind == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True))
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, tie_word_embeddings=False))
+    model.eval().save_pretrained(tmp_path)
+    return model
+
+
+def _check_against(model, w, cfg, ids, atol):
+    with torch.no_grad():
+        ref = model(ids).logits
+        full = sl.forward(w, cfg, ids)
+        cache = []
+        steps = [sl.forward(w, cfg, ids[:, :3], cache)]
+        steps += [sl.forward(w, cfg, ids[:, i:i + 1], cache) for i in range(3, ids.shape[1])]
+    assert (full - ref).abs().max() <= atol
+    assert (torch.cat(steps, 1) - ref).abs().max() <= atol
+    return cache
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_tiny_models_match_transformers(tmp_path, kind):
+    model = _tiny(tmp_path, kind)
+    w, cfg = sl.load(tmp_path)
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(1))
+    cache = _check_against(model, w, cfg, ids, atol=1e-5)
+    assert sl.cache_len(cache) == 9
+    assert cache_tensor_bytes(cache) == kv_cache_bytes(2, 2, cfg.head_dim, 9, dtype_bytes=4, batch=2)
+
+
+def test_generate_with_and_without_cache_agree(tmp_path):
+    _tiny(tmp_path, "llama")
+    w, cfg = sl.load(tmp_path)
+    prompt = torch.tensor([[5, 17, 3]])
+    a, b = sl.generate(w, cfg, prompt, 6, use_cache=True), sl.generate(w, cfg, prompt, 6, use_cache=False)
+    assert a["tokens"] == b["tokens"] and len(a["step_s"]) == 5
+    assert len(sl.decode_step_seconds(w, cfg, prompt, use_cache=True, steps=2)) == 2
+
+
+def test_rope_keeps_norms_and_rejects_scaled_rope():
+    small = dict(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, vocab_size=4,
+                 rms_norm_eps=1e-6)
+    cfg = sl.config_from_dict(small)
+    cos, sin = sl.rope_cos_sin(cfg, torch.arange(5), torch.float32)
+    x = torch.randn(1, 2, 5, 4)
+    assert torch.allclose(sl.apply_rope(x, cos, sin).norm(dim=-1), x.norm(dim=-1), atol=1e-6)
+    with pytest.raises(ValueError, match="not implemented"):
+        sl.config_from_dict({**small, "rope_scaling": {"rope_type": "llama3"}})
+
+
+@pytest.mark.slow
+def test_bundled_model_matches_transformers_fp32():
+    from labkit.models import llm_dir, load_llm
+    from labkit.profile import set_threads
+
+    set_threads()
+    model, tok = load_llm(dtype="float32")
+    w, cfg = sl.load(llm_dir("float32"))
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (9, 3, 64)
+    ids = tok("Attention lets each token look at the tokens before it.", return_tensors="pt").input_ids
+    _check_against(model, w, cfg, ids, atol=1e-4)
+    hf = model.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1]:].tolist()
+    assert sl.generate(w, cfg, ids, 8)["tokens"] == hf

@@ -1,0 +1,194 @@
+"""Speech recognition with Whisper through faster-whisper (CTranslate2), timed correctly (chapter 07).
+
+Whisper is an encoder-decoder transformer: the encoder reads a log-mel spectrogram of a fixed
+30 s window, the decoder writes text tokens one at a time with a KV cache, like an LLM. The
+timing pitfall: ``WhisperModel.transcribe`` returns a *lazy generator*; the decoding happens
+while you iterate over the segments. :func:`transcribe` times the full consumption, reports
+wall-clock and CPU time, and keeps model load time out of it.
+
+Units: seconds throughout. ``rtf`` is the real-time factor, processing time / audio duration
+(below 1 = faster than real time); ``x_realtime`` is its inverse, the "N x real-time" figure the
+tutorial prints as "RTF". No torch needed here.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 16_000  # Hz; Whisper resamples every input to this
+WINDOW_S = 30.0  # seconds of audio the encoder always processes (shorter clips are padded)
+MIN_CHUNK_S = 0.25  # shortest chunk worth sending on its own
+REALTIME_TARGET_S = 0.200  # the tutorial's round-trip latency target per streamed chunk
+AUDIO_DIR = Path(__file__).resolve().parent.parent / "data" / "audio"
+# Decoding options for clean comparisons: greedy temperature only (no fallback re-decodes),
+# no timestamp tokens (with them faster-whisper sometimes decodes a second window), English.
+CLEAN = dict(without_timestamps=True, temperature=0.0, language="en", condition_on_previous_text=False)
+
+
+def whisper_device(device: str = "auto") -> tuple[str, str, str]:
+    """``(device, compute_type, note)`` for CTranslate2: CUDA with float16 when a CUDA GPU is
+    visible, else the CPU with int8. CTranslate2 has no Apple MPS backend: on a Mac the model
+    runs on the CPU (int8), and the note says so."""
+    import ctranslate2
+
+    cuda = ctranslate2.get_cuda_device_count() > 0
+    mac = platform.system() == "Darwin" and platform.machine() == "arm64"
+    if device in ("auto", "cuda") and cuda:
+        return "cuda", "float16", ""
+    if device == "cuda":
+        raise RuntimeError("device 'cuda' requested but CTranslate2 sees no CUDA GPU; use 'auto' or 'cpu'")
+    if device not in ("auto", "cpu", "mps"):
+        raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or mps")
+    note = (
+        "faster-whisper (CTranslate2) has no MPS backend: running on the CPU with int8"
+        if mac or device == "mps"
+        else ""
+    )
+    return "cpu", "int8", note
+
+
+def load_whisper(
+    name: str | None = None, device: str = "auto", compute_type: str | None = None, cpu_threads: int = 1
+) -> tuple[Any, dict[str, Any]]:
+    """Load a faster-whisper model; return ``(model, info)`` with info keys ``name, device,
+    compute_type, load_s, note``. ``name``: ``tiny.en``/``base`` (bundled) or a size such as
+    ``large-v3`` (full profile, downloads); default the profile's ``whisper``."""
+    from faster_whisper import WhisperModel
+
+    from .models import whisper_dir
+    from .profile import profile
+
+    name = name or profile().whisper
+    dev, default_ct, note = whisper_device(device)
+    compute_type = compute_type or default_ct
+    path = whisper_dir(name)
+    t0 = time.perf_counter()
+    model = WhisperModel(
+        path,
+        device=dev,
+        compute_type=compute_type,
+        cpu_threads=cpu_threads,
+        local_files_only=os.path.isdir(path),
+    )
+    info = dict(name=name, device=dev, compute_type=compute_type, load_s=time.perf_counter() - t0, note=note)
+    return model, info
+
+
+def load_audio(path: str | Path) -> np.ndarray:
+    """Decode an audio file to float32 mono samples at 16 kHz (bare names resolve in ``data/audio``)."""
+    from faster_whisper import decode_audio
+
+    path = Path(path)
+    if not path.exists() and (AUDIO_DIR / path).exists():
+        path = AUDIO_DIR / path
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} not found; the lab's clips are in {AUDIO_DIR} "
+            "(recreate them with `python data/audio/make_audio.py`)"
+        )
+    return decode_audio(str(path), sampling_rate=SAMPLE_RATE)
+
+
+def rtf(processing_s: float, audio_s: float) -> float:
+    """Real-time factor: processing seconds per second of audio (below 1 = faster than real time)."""
+    if audio_s <= 0:
+        raise ValueError(f"audio duration must be positive, got {audio_s}")
+    return processing_s / audio_s
+
+
+def windows(audio_s: float) -> int:
+    """30 s encoder windows Whisper pays for to transcribe ``audio_s`` seconds sequentially (at least 1)."""
+    return max(1, int(np.ceil(audio_s / WINDOW_S - 1e-9)))
+
+
+def transcribe(model, audio: np.ndarray, beam_size: int = 1, **options) -> dict[str, Any]:
+    """Transcribe ``audio`` (16 kHz samples) and time it properly.
+
+    Returns ``text``, ``audio_s``, ``call_s`` (time until ``transcribe()`` returned the lazy
+    generator: not the work), ``wall_s`` and ``cpu_s`` (call plus consuming every segment;
+    CPU time of this process, all threads), ``rtf`` (wall_s / audio_s), ``x_realtime`` and
+    ``segments``. ``options`` override :data:`CLEAN` (e.g. ``language=None`` to detect it).
+    """
+    opts = {**CLEAN, **options}
+    audio_s = len(audio) / SAMPLE_RATE
+    t0, c0 = time.perf_counter(), time.process_time()
+    segments, info = model.transcribe(audio, beam_size=beam_size, **opts)
+    call_s = time.perf_counter() - t0
+    segments = list(segments)  # the decoding happens here
+    wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    return dict(
+        text=" ".join(s.text.strip() for s in segments).strip(),
+        audio_s=audio_s,
+        call_s=call_s,
+        wall_s=wall_s,
+        cpu_s=cpu_s,
+        rtf=rtf(wall_s, audio_s),
+        x_realtime=audio_s / wall_s,
+        language=info.language,
+        segments=segments,
+    )
+
+
+def chunks(audio: np.ndarray, chunk_s: float) -> list[tuple[float, float]]:
+    """Fixed ``(start_s, end_s)`` pieces covering ``audio``; the last may be shorter (a remainder
+    under :data:`MIN_CHUNK_S` is merged into it rather than sent alone)."""
+    if chunk_s <= 0:
+        raise ValueError(f"chunk_s must be positive, got {chunk_s}")
+    total = len(audio) / SAMPLE_RATE
+    edges = [float(e) for e in np.arange(0.0, total, chunk_s)] + [total]
+    if len(edges) > 2 and edges[-1] - edges[-2] < MIN_CHUNK_S:  # a sliver at the end joins the last chunk
+        del edges[-2]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def stream(
+    model, audio: np.ndarray, chunk_s: float = 2.0, beam_size: int = 1, **options
+) -> list[dict[str, Any]]:
+    """Simulated streaming: transcribe fixed ``chunk_s`` pieces one after another, as a live
+    client would send them, each on its own (no context carried over). One dict per chunk:
+    ``start_s, end_s`` and :func:`transcribe`'s fields; ``wall_s`` is that chunk's latency."""
+    out = []
+    for start, end in chunks(audio, chunk_s):
+        r = transcribe(model, audio[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)], beam_size, **options)
+        out.append(dict(start_s=start, end_s=end, **r))
+    return out
+
+
+def batch_transcribe(
+    model, audio: np.ndarray, chunk_s: float = 2.0, batch_size: int = 8, beam_size: int = 1, **options
+) -> dict[str, Any]:
+    """The same fixed chunks as :func:`stream`, transcribed through faster-whisper's
+    ``BatchedInferencePipeline`` (``batch_size`` windows per encoder/decoder call). Returns
+    ``text, audio_s, wall_s, cpu_s, x_realtime, chunks``."""
+    from faster_whisper import BatchedInferencePipeline
+
+    opts = {**CLEAN, **options}
+    opts.pop("condition_on_previous_text", None)
+    clips = [{"start": a, "end": b} for a, b in chunks(audio, chunk_s)]
+    pipe = BatchedInferencePipeline(model)
+    audio_s = len(audio) / SAMPLE_RATE
+    t0, c0 = time.perf_counter(), time.process_time()
+    segments, _ = pipe.transcribe(
+        audio, beam_size=beam_size, batch_size=batch_size, clip_timestamps=clips, vad_filter=False, **opts
+    )
+    segments = list(segments)
+    wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    return dict(
+        text=" ".join(s.text.strip() for s in segments).strip(),
+        audio_s=audio_s,
+        wall_s=wall_s,
+        cpu_s=cpu_s,
+        x_realtime=audio_s / wall_s,
+        chunks=len(clips),
+    )
+
+
+def hour_seconds(x_realtime: float) -> float:
+    """Seconds to transcribe one hour of audio at ``x_realtime`` times real time."""
+    return 3600.0 / x_realtime

@@ -89,6 +89,7 @@ def bandwidth_achieved(tokens_per_s: float, bytes_per_token: float, bandwidth_by
 def roofline_plot(
     roofs: Sequence[dict[str, Any]],
     points: Sequence[dict[str, Any]] = (),
+    marks: Sequence[dict[str, Any]] = (),
     ax: Any = None,
     intensity_range: tuple[float, float] = (0.1, 10_000.0),
     title: str = "Roofline",
@@ -99,6 +100,8 @@ def roofline_plot(
     as one line labelled with its name, its ridge point marked.
     ``points``: dicts with ``label``, ``intensity`` (FLOPs/byte), ``flops_per_s`` (measured FLOP/s);
     each is drawn as one marker series labelled ``label``.
+    ``marks``: dicts with ``label`` and ``intensity``: a computed (not measured) intensity, drawn
+    as a dashed vertical line labelled ``label``.
     """
     import matplotlib.pyplot as plt
     import numpy as np
@@ -117,6 +120,9 @@ def roofline_plot(
     for i, p in enumerate(points):
         ax.loglog([p["intensity"]], [p["flops_per_s"]], linestyle="none", marker=markers[i % len(markers)],
                   markersize=8, label=p["label"])
+    for i, m in enumerate(marks):
+        ax.axvline(m["intensity"], linestyle="--", color=f"C{(i + len(roofs) + len(points)) % 10}",
+                   alpha=0.7, label=m["label"])
     ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
     ax.set_ylabel("FLOP/s")
     ax.set_title(title)

@@ -207,3 +207,19 @@ def dequantize_q4_1_block(block: bytes | np.ndarray) -> np.ndarray:
     qs = raw[4:]
     q = np.concatenate([qs & 0x0F, qs >> 4]).astype(np.float32)
     return d * q + m
+
+
+def pickle_disassembly(path: str | Path) -> str:
+    """The opcodes of a ``torch.save`` checkpoint's pickle (``data.pkl`` in its zip) as text, from
+    ``pickletools.dis``: it decodes the instructions without executing any of them, so the
+    ``GLOBAL``/``STACK_GLOBAL`` + ``REDUCE`` pair that would call a function can be read safely."""
+    import io
+    import pickletools
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        name = next(n for n in z.namelist() if n.endswith("data.pkl"))
+        data = z.read(name)
+    out = io.StringIO()
+    pickletools.dis(data, out=out)
+    return out.getvalue()

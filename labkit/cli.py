@@ -49,6 +49,12 @@ def _run(args: argparse.Namespace) -> int:
     return run_chapter(args.chapter, timeout=args.timeout)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .loadgen import bench_cli
+
+    return bench_cli(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit", description="Inference Engineering Lab toolkit")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -62,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("chapter", help="short name, e.g. setup, concepts, metrics")
     r.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     r.set_defaults(fn=_run)
+    from .loadgen import add_bench_arguments
+
+    b = sub.add_parser("bench", help="load-test a streaming LLM server: TTFT/TPOT/ITL (chapter 02)")
+    add_bench_arguments(b)
+    b.set_defaults(fn=_bench)
     args = parser.parse_args(argv)
     return args.fn(args)
 

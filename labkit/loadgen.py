@@ -1,0 +1,394 @@
+"""A load generator for streaming LLM servers: closed loop (fixed concurrency) and open loop
+(Poisson or bursty arrivals), every request accounted for, results streamed to JSONL (chapter 02).
+
+Usage (chapter 05 uses the same two calls)::
+
+    from labkit import loadgen
+    s = loadgen.run("http://127.0.0.1:8000", n_requests=16, concurrency=4, model="smollm2",
+                    max_tokens=32, ignore_eos=True)
+    print(s["median_ttft_ms"], s["p99_itl_ms"], s["output_throughput"], s["status_counts"])
+    rows = loadgen.sweep("http://127.0.0.1:8000", concurrencies=(1, 2, 4, 8), model="smollm2")
+
+``run`` returns :func:`labkit.metrics.summarize`'s dict (vLLM-style keys such as ``p50_ttft_ms``,
+``p99_itl_ms``, ``output_throughput``) plus the run's settings and ``requests``, the list of request
+records (kept in memory, not in the summary file). ``target`` is a base URL (an OpenAI-compatible
+server; ``endpoint="completions"`` for ``/v1/completions``) or any :class:`labkit.streaming.Backend`
+(Ollama, an in-process transformers model).
+
+* Closed loop (``rate=None``): ``concurrency`` requests in flight at all times, a new one sent as
+  soon as one finishes: what a fixed pool of users does.
+* Open loop (``rate=`` requests/s): arrivals at gamma-distributed gaps with shape ``burstiness``
+  (1 = Poisson; below 1 burstier, above 1 more regular), as ``vllm bench serve`` does; they do not
+  wait for earlier answers. ``concurrency`` then caps requests in flight (None: no cap); time spent
+  waiting for the cap is the record's ``queue_s`` and, as in vLLM, is not part of TTFT.
+* ``warmup`` requests go first, one at a time, and are left out of the figures.
+* ``out=DIR`` writes ``DIR/LABEL.jsonl`` (one line per request the moment it finishes: a killed run
+  keeps what finished) and ``DIR/LABEL.json`` (the summary).
+* Bounded: ``n_requests`` total, ``timeout_s`` per request, ``max_duration_s`` for the whole run
+  (requests not sent by then are recorded as ``not_sent``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import metrics
+from .streaming import Backend, ServerError, openai_backend, run_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS_DIR = ROOT / "data" / "prompts"
+
+
+def load_prompts(name: str = "mixed") -> list[dict[str, Any]]:
+    """The shipped prompt set ``data/prompts/NAME.jsonl``: dicts with ``id``, ``prompt``, ``kind``
+    (short question, medium instruction, long passage: varied input lengths)."""
+    path = PROMPTS_DIR / f"{name}.jsonl"
+    if not path.exists():
+        have = sorted(p.stem for p in PROMPTS_DIR.glob("*.jsonl"))
+        raise FileNotFoundError(f"no prompt set {name!r} in {PROMPTS_DIR}; available: {have}")
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def synthetic_requests(n: int, input_tokens: int = 128, output_tokens: int = 32, range_ratio: float = 0.0,
+                       tokenizer: Any = None, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` requests with input and output lengths drawn uniformly from ``[len*(1-r), len*(1+r)]``
+    (vLLM's "random" dataset). Prompts are words from the shipped prompt set; with ``tokenizer``
+    they are cut to the exact token count, without it a word counts as 1.3 tokens. Each dict has
+    ``prompt``, ``max_tokens``, ``input_tokens`` (target)."""
+    import numpy as np
+
+    if not 0.0 <= range_ratio < 1.0:
+        raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio}")
+    rng = np.random.default_rng(seed)
+    words = " ".join(p["prompt"] for p in load_prompts()).split()
+    draw = lambda mean: int(rng.integers(int(mean * (1 - range_ratio)), int(mean * (1 + range_ratio)) + 1))
+    out = []
+    for i in range(n):
+        n_in, n_out = draw(input_tokens), draw(output_tokens)
+        start = int(rng.integers(0, len(words)))
+        take = [words[(start + j) % len(words)] for j in range(max(1, int(n_in / 1.3) + 8))]
+        text = " ".join(take)
+        if tokenizer is not None:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            while len(ids) < n_in:
+                text += " " + text
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            text = tokenizer.decode(ids[:n_in])
+        else:
+            text = " ".join(take[: max(1, int(n_in / 1.3))])
+        out.append({"id": f"synthetic-{i}", "prompt": text, "max_tokens": max(1, n_out),
+                    "input_tokens": n_in})
+    return out
+
+
+def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+    """Send times (seconds from the start) of ``n`` open-loop requests at ``rate`` per second: gaps
+    drawn from a gamma distribution with shape ``burstiness`` and mean ``1/rate`` (shape 1 is an
+    exponential: Poisson arrivals). The first request goes at 0."""
+    import numpy as np
+
+    if rate <= 0 or burstiness <= 0:
+        raise ValueError(f"rate and burstiness must be positive, got {rate}, {burstiness}")
+    gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    return [0.0] + np.cumsum(gaps[:-1]).tolist() if n else []
+
+
+def _plan(prompts: Sequence[Any] | None, n: int, max_tokens: int, seed: int) -> list[dict[str, Any]]:
+    import numpy as np
+
+    items = [p if isinstance(p, dict) else {"prompt": str(p)} for p in (prompts or load_prompts())]
+    if not items:
+        raise ValueError("the prompt list is empty")
+    order = np.random.default_rng(seed).permutation(len(items)).tolist()
+    plan = []
+    for i in range(n):
+        p = items[order[i % len(items)]]
+        plan.append({"id": i, "prompt": p["prompt"], "prompt_id": p.get("id"),
+                     "max_tokens": int(p.get("max_tokens") or max_tokens)})
+    return plan
+
+
+def _backend(target: str | Backend, model: str | None, endpoint: str, ignore_eos: bool, timeout_s: float,
+             tokenizer: Any) -> Backend:
+    if isinstance(target, Backend):
+        return target
+    if model is None:
+        from .streaming import check_openai_server
+
+        names = check_openai_server(target)
+        if len(names) != 1:
+            raise ServerError(f"{target} serves {names}: pass model= to choose one")
+        model = names[0]
+    return openai_backend(target, model, endpoint=endpoint, ignore_eos=ignore_eos, timeout_s=timeout_s,
+                          tokenizer=tokenizer)
+
+
+def _jsonable(rec: dict[str, Any], t0: float) -> dict[str, Any]:
+    """A record as one JSONL line: times relative to the run's start, figures added."""
+    m = metrics.request_metrics(rec) if rec["status"] == "ok" else {}
+    line = dict(rec)
+    for k in ("t_sent", "t_end"):
+        if line.get(k) is not None:
+            line[k] = line[k] - t0
+    line["text"] = (line.get("text") or "")[:300]
+    line.update({k: m.get(k) for k in ("ttft_s", "tpot_s", "e2e_s", "itl_s")})
+    return line
+
+
+async def _execute(backend: Backend, plan: list[dict[str, Any]], concurrency: int | None, rate: float | None,
+                   burstiness: float, warmup: int, max_duration_s: float | None, seed: int,
+                   sink: Any, progress: bool, label: str) -> tuple[list[dict[str, Any]], float]:
+    from tqdm import tqdm
+
+    records: list[dict[str, Any]] = []
+    async with backend.session() as session:
+
+        async def one(req: dict[str, Any], phase: str, t_arrival: float) -> dict[str, Any]:
+            try:
+                rec = await backend.send(session, req["prompt"], req["max_tokens"])
+            except Exception as e:  # noqa: BLE001 - a client bug must not lose the run
+                rec = {"status": "error", "error": f"{type(e).__name__}: {e}", "t_sent": t_arrival,
+                       "t_end": time.perf_counter(), "chunks": []}
+            rec.update({"id": req["id"], "prompt_id": req["prompt_id"], "phase": phase,
+                        "max_tokens": req["max_tokens"], "queue_s": max(0.0, rec["t_sent"] - t_arrival)})
+            return rec
+
+        for i in range(warmup):
+            w = await one(plan[i % len(plan)] | {"id": f"warmup-{i}"}, "warmup", time.perf_counter())
+            if sink:
+                sink.write(json.dumps(_jsonable(w, w["t_sent"])) + "\n")
+            if w["status"] != "ok":
+                raise ServerError(f"the warm-up request failed ({w['status']}): {w['error']}")
+
+        bar = tqdm(total=len(plan), desc=label, disable=not progress, unit="req", leave=True)
+        t0 = time.perf_counter()
+        deadline = t0 + max_duration_s if max_duration_s else float("inf")
+
+        def done(rec: dict[str, Any]) -> None:
+            records.append(rec)
+            if sink:
+                sink.write(json.dumps(_jsonable(rec, t0)) + "\n")
+                sink.flush()
+            bar.update(1)
+            bad = sum(r["status"] != "ok" for r in records)
+            if bad:
+                bar.set_postfix(failed=bad)
+
+        def not_sent(req: dict[str, Any]) -> dict[str, Any]:
+            now = time.perf_counter()
+            return {"id": req["id"], "prompt_id": req["prompt_id"], "phase": "run", "status": "not_sent",
+                    "error": f"max_duration_s={max_duration_s} reached before it was sent", "t_sent": now,
+                    "t_end": now, "chunks": [], "max_tokens": req["max_tokens"], "queue_s": 0.0}
+
+        if rate is None:  # closed loop
+            pending = list(reversed(plan))
+
+            async def worker() -> None:
+                while pending:
+                    req = pending.pop()
+                    if time.perf_counter() >= deadline:
+                        done(not_sent(req))
+                        continue
+                    done(await one(req, "run", time.perf_counter()))
+
+            await asyncio.gather(*(worker() for _ in range(concurrency or 1)))
+        else:  # open loop
+            sem = asyncio.Semaphore(concurrency) if concurrency else None
+
+            async def capped(req: dict[str, Any], t_arrival: float) -> None:
+                if sem is None:
+                    done(await one(req, "run", t_arrival))
+                    return
+                async with sem:
+                    done(await one(req, "run", t_arrival))
+
+            tasks = []
+            for req, at in zip(plan, arrival_times(len(plan), rate, burstiness, seed), strict=True):
+                delay = t0 + at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if time.perf_counter() >= deadline:
+                    done(not_sent(req))
+                    continue
+                tasks.append(asyncio.create_task(capped(req, time.perf_counter())))
+            await asyncio.gather(*tasks)
+        sent = [r for r in records if r["status"] != "not_sent"]
+        duration = (max(r["t_end"] for r in sent) - t0) if sent else 0.0
+        bar.close()
+    for r in records:
+        r["t_run_start"] = t0
+    records.sort(key=lambda r: r["id"])
+    return records, duration
+
+
+def run(target: str | Backend, n_requests: int = 16, concurrency: int | None = 1, *, model: str | None = None,
+        rate: float | None = None, burstiness: float = 1.0, prompts: Sequence[Any] | None = None,
+        max_tokens: int = 32, warmup: int = 1, slo: dict[str, float] | None = None,
+        out: str | Path | None = None, label: str | None = None, progress: bool = True,
+        max_duration_s: float | None = None, timeout_s: float = 120.0, endpoint: str = "chat",
+        ignore_eos: bool = False, tokenizer: Any = None, seed: int = 0, check: bool = True) -> dict[str, Any]:
+    """Send ``n_requests`` streamed requests to ``target`` and summarize them (see the module
+    docstring). ``prompts``: strings or dicts with ``prompt`` (and optional ``max_tokens``), default
+    the shipped set; ``slo``: goodput limits in ms (``{"ttft_ms": 500, "tpot_ms": 100}``);
+    ``check``: fail fast with :class:`ServerError` when the server is absent or lacks ``model``."""
+    if n_requests < 1:
+        raise ValueError(f"n_requests must be at least 1, got {n_requests}")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1 (or None with rate=), got {concurrency}")
+    if rate is None and concurrency is None:
+        raise ValueError("a closed loop needs a concurrency; pass rate= for an open loop")
+    be = _backend(target, model, endpoint, ignore_eos, timeout_s, tokenizer)
+    if be.max_concurrency is not None and (concurrency is None or concurrency > be.max_concurrency):
+        raise ValueError(f"{be.name} serves at most {be.max_concurrency} request(s) at a time; "
+                         f"use concurrency={be.max_concurrency}")
+    if check and be.check is not None:
+        be.check()
+    plan = _plan(prompts, n_requests, max_tokens, seed)
+    label = label or (f"c{concurrency}" if rate is None else f"rate{rate:g}")
+    sink = None
+    paths: dict[str, str] = {}
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        paths = {"jsonl": str(Path(out) / f"{label}.jsonl"), "summary_json": str(Path(out) / f"{label}.json")}
+        sink = open(paths["jsonl"], "w")  # noqa: SIM115 - closed below, also on errors
+    try:
+        records, duration = run_sync(_execute(be, plan, concurrency, rate, burstiness, warmup, max_duration_s,
+                                              seed, sink, progress, label))
+    finally:
+        if sink:
+            sink.close()
+    s = metrics.summarize([r for r in records if r["status"] != "not_sent"], duration_s=duration, slo=slo)
+    s["status_counts"]["not_sent"] = sum(r["status"] == "not_sent" for r in records)
+    s.update({"label": label, "backend": be.name, "mode": "closed" if rate is None else "open",
+              "concurrency": concurrency, "rate": rate, "burstiness": burstiness if rate else None,
+              "max_tokens": max_tokens, "warmup": warmup, "n_planned": n_requests,
+              "accounted": len(records) == n_requests and sum(s["status_counts"].values()) == n_requests,
+              **paths})
+    if paths:
+        with open(paths["summary_json"], "w") as f:
+            json.dump(s, f, indent=1, default=float)
+    s["requests"] = records
+    return s
+
+
+def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8), n_requests: int | None = None,
+          warmup: int = 1, **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`run` at each concurrency in turn (closed loop); ``n_requests`` defaults to
+    ``max(8, 2 * concurrency)``; only the first level warms up. A list of summaries."""
+    out = []
+    for i, c in enumerate(concurrencies):
+        n = n_requests or max(8, 2 * c)
+        out.append(run(target, n, c, warmup=warmup if i == 0 else 0, check=(i == 0), **kwargs))
+    return out
+
+
+def knee_table(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run: concurrency, aggregate output tokens/s, P50/P99 TTFT and TPOT (ms), per-user
+    tokens/s (1/TPOT), and how many requests and failures each row is over."""
+    return [{"concurrency": s["concurrency"], "output_tok_s": s["output_throughput"],
+             "p50_ttft_ms": s["p50_ttft_ms"], "p99_ttft_ms": s["p99_ttft_ms"],
+             "p50_tpot_ms": s["p50_tpot_ms"], "p99_tpot_ms": s["p99_tpot_ms"],
+             "p99_e2el_ms": s["p99_e2el_ms"], "per_user_tok_s": s["mean_tps"],
+             "completed": s["completed"], "failed": s["failed"]} for s in summaries]
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Plain-text table of :func:`knee_table` rows."""
+    if not rows:
+        return "(no rows)"
+    keys = list(rows[0])
+    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)
+    cells = [[fmt(r[k]) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths, strict=True))
+    return "\n".join([line(keys)] + [line(c) for c in cells])
+
+
+# --- `labkit bench` ------------------------------------------------------------------------------
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``labkit bench`` (see ``labkit bench --help``)."""
+    p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
+                   "(or the Ollama host with --backend ollama-*)")
+    p.add_argument("--vllm", action="store_true", help="start the bundled model with vLLM for the run")
+    p.add_argument("--backend", default="openai-chat",
+                   choices=["openai-chat", "openai-completions", "ollama-generate", "ollama-chat"])
+    p.add_argument("--model", help="served model name (default: the only one the server lists)")
+    p.add_argument("-n", "--requests", type=int, default=16, help="requests per concurrency level")
+    p.add_argument("-c", "--concurrency", type=int, nargs="+", default=[1],
+                   help="closed loop: requests in flight; several values run a sweep")
+    p.add_argument("--rate", type=float, help="open loop: requests per second (Poisson by default)")
+    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of arrival gaps (1 = Poisson)")
+    p.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens (vLLM, SGLang)")
+    p.add_argument("--synthetic", nargs=2, type=int, metavar=("INPUT", "OUTPUT"),
+                   help="synthetic prompts of about INPUT tokens asking OUTPUT tokens")
+    p.add_argument("--range-ratio", type=float, default=0.0, help="spread of synthetic lengths, 0..1")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument("--max-duration", type=float, help="stop sending after this many seconds")
+    p.add_argument("--slo-ttft-ms", type=float)
+    p.add_argument("--slo-tpot-ms", type=float)
+    p.add_argument("--slo-e2el-ms", type=float)
+    p.add_argument("--out", default="build/bench", help="folder for LABEL.jsonl and LABEL.json")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def bench_cli(a: argparse.Namespace) -> int:
+    """``labkit bench``: run, print a report per level and the knee table; 1 on any error."""
+    import contextlib
+
+    from .streaming import ollama_backend
+
+    slo = {k: v for k, v in (("ttft_ms", a.slo_ttft_ms), ("tpot_ms", a.slo_tpot_ms),
+                             ("e2el_ms", a.slo_e2el_ms)) if v is not None} or None
+    prompts = None
+    if a.synthetic:
+        prompts = synthetic_requests(a.requests, a.synthetic[0], a.synthetic[1], a.range_ratio)
+    if not (a.base_url or a.vllm):
+        print("error: pass --base-url URL (any OpenAI-compatible server, or Ollama with --backend "
+              "ollama-generate) or --vllm to start the bundled model", file=sys.stderr)
+        return 1
+    with contextlib.ExitStack() as stack:
+        try:
+            url = a.base_url
+            if a.vllm:
+                from .serve import SERVED_NAME, vllm_server
+
+                print("starting vLLM (bundled model) ...", flush=True)
+                url = stack.enter_context(vllm_server())
+                a.model = a.model or SERVED_NAME
+            target: str | Backend = url
+            if a.backend.startswith("ollama"):
+                if not a.model:
+                    print("error: --model is required with an Ollama backend", file=sys.stderr)
+                    return 1
+                target = ollama_backend(a.model, host=url, endpoint=a.backend.split("-")[1],
+                                        timeout_s=a.timeout)
+            common = dict(model=a.model, max_tokens=a.max_tokens, prompts=prompts, slo=slo, out=a.out,
+                          progress=not a.no_progress, max_duration_s=a.max_duration, timeout_s=a.timeout,
+                          endpoint=a.backend.split("-")[1], ignore_eos=a.ignore_eos)
+            if a.rate is not None:
+                runs = [run(target, a.requests, a.max_concurrency, rate=a.rate, burstiness=a.burstiness,
+                            warmup=a.warmup, **common)]
+            else:
+                runs = sweep(target, a.concurrency, n_requests=a.requests, warmup=a.warmup, **common)
+        except (ServerError, ValueError, RuntimeError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    for s in runs:
+        print(metrics.format_report(s, title=f"== {s['label']} ({s['backend']})"))
+        print(f"files        {s.get('jsonl')}  {s.get('summary_json')}\n")
+    if len(runs) > 1:
+        print(format_table(knee_table(runs)))
+    return 0 if all(s["accounted"] for s in runs) else 1

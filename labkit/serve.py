@@ -1,0 +1,273 @@
+"""Start and stop a real inference engine: vLLM's CPU build serving the bundled model behind an
+OpenAI-compatible API on 127.0.0.1 (chapter 02; chapter 05 compares engines with it).
+
+vLLM pins its own torch, so it lives in its own venv, ``.venv-vllm`` (``make serve-setup``; Linux
+x86_64 only). Everything here talks to it as a subprocess: nothing imports vLLM.
+
+Usage::
+
+    from labkit import loadgen
+    from labkit.serve import vllm_available, vllm_server
+    if vllm_available():
+        with vllm_server() as url:            # about 20-40 s until /health answers on 2 CPU cores
+            s = loadgen.run(url, n_requests=8, concurrency=4, model="smollm2", max_tokens=32)
+            print(s["median_ttft_ms"], s["output_throughput"])
+
+``make serve`` (= ``python -m labkit.serve --port 8000``) runs the same server in the foreground.
+
+Flags, and why (see :func:`vllm_command` and :func:`vllm_env`):
+
+* ``--dtype bfloat16``: the bundled model's bf16 folder; vLLM's CPU kernels prefer bf16.
+* ``--max-model-len 2048``: the longest sequence it accepts; small, so the KV cache is small too.
+* ``--enforce-eager``: no graph capture/compilation: faster start, nothing to compile on CPU.
+* ``VLLM_CPU_KVCACHE_SPACE=1``: 1 GiB of KV cache (the default is 4 GiB). SmolLM2 stores
+  30 layers x 2 (K, V) x 3 KV heads x 64 x 2 bytes = 23 KB per token: about 46,000 tokens fit.
+* Threads: on machines with at most 2 logical CPUs, ``VLLM_CPU_OMP_THREADS_BIND=nobind`` and
+  ``OMP_NUM_THREADS=1``: vLLM's default ("auto") reserves a core for its API process and pins one
+  compute thread per remaining core, which on 2 shared cores pins the model to one core that other
+  work also wants. With the threads set by hand the model worker can run inside the engine process
+  (``--distributed-executor-backend uni`` + ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), which saves
+  starting a third Python process that imports torch (10-25 s here). Elsewhere vLLM's defaults are
+  kept (``auto``: one pinned thread per physical core, a separate worker process). Override with
+  ``threads=`` or by exporting the variables yourself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_VENV = ROOT / ".venv-vllm"
+SERVED_NAME = "smollm2"
+
+
+def vllm_python() -> Path:
+    """The Python of the vLLM venv (``$LABKIT_VLLM_PYTHON`` overrides ``.venv-vllm/bin/python``)."""
+    return Path(os.environ.get("LABKIT_VLLM_PYTHON") or VLLM_VENV / "bin" / "python")
+
+
+def vllm_available() -> bool:
+    """Whether vLLM can be started here: Linux x86_64 and ``make serve-setup`` has finished."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    py = vllm_python()
+    if "LABKIT_VLLM_PYTHON" in os.environ:
+        return py.exists()
+    return py.exists() and (VLLM_VENV / ".installed").exists()
+
+
+def unavailable_reason() -> str:
+    """Why :func:`vllm_available` is False, and what to do."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return (f"vLLM's CPU build runs on Linux x86_64 only (this is {platform.system()} "
+                f"{platform.machine()}); point the chapter at any OpenAI-compatible server with "
+                "LABKIT_BASE_URL=http://host:port and LABKIT_MODEL=name")
+    return f"no vLLM venv at {VLLM_VENV}: run `make serve-setup` (about 2-4 minutes, 3.4 GB)"
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on at 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_env(threads: int | None = None, kv_cache_gib: int = 1) -> dict[str, str]:
+    """Environment for the server process: CPU KV-cache size (GiB), thread binding (see the module
+    docstring), offline hub, no usage reporting."""
+    env = dict(os.environ)
+    env.update({"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                "VLLM_LOGGING_COLOR": "0"})
+    if _hand_threads(threads):
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        env["OMP_NUM_THREADS"] = str(threads or 1)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    return env
+
+
+def _hand_threads(threads: int | None) -> bool:
+    return threads is not None or (os.cpu_count() or 1) <= 2
+
+
+def vllm_command(model_dir: str | Path, port: int, served_name: str = SERVED_NAME,
+                 max_model_len: int = 2048, dtype: str = "bfloat16", threads: int | None = None,
+                 extra: list[str] | None = None) -> list[str]:
+    """The server's command line (``vllm serve`` itself fails for the ``vllm-cpu`` distribution,
+    so the API server module is run directly)."""
+    uni = ["--distributed-executor-backend", "uni"] if _hand_threads(threads) else []
+    return [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
+            "--port", str(port), "--model", str(model_dir), "--served-model-name", served_name,
+            "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager", *uni,
+            *(extra or [])]
+
+
+@dataclass
+class Server:
+    """A started server: ``url`` (``http://127.0.0.1:PORT``), ``pid`` (also its process group),
+    ``log`` (file with its output), ``model`` (served name), ``startup_s`` (seconds to ready)."""
+
+    url: str
+    pid: int
+    log: Path
+    model: str
+    proc: subprocess.Popen
+    startup_s: float = float("nan")
+
+
+def _log_tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_ready(server: Server, timeout_s: float = 240.0) -> float:
+    """Poll ``/health`` until it answers 200; seconds waited. ``RuntimeError`` with the log's tail
+    if the process exits or ``timeout_s`` passes."""
+    import httpx
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with code {server.proc.returncode} before it was ready; "
+                               f"its log ({server.log}) ends:\n{_log_tail(server.log)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200:
+                return time.perf_counter() - t0
+        time.sleep(0.5)
+    raise RuntimeError(f"vLLM did not answer {server.url}/health within {timeout_s:.0f} s; "
+                       f"its log ({server.log}) ends:\n{_log_tail(server.log)}")
+
+
+def start_vllm(model_dir: str | Path | None = None, port: int | None = None, served_name: str = SERVED_NAME,
+               max_model_len: int = 2048, kv_cache_gib: int = 1, threads: int | None = None,
+               log_path: str | Path | None = None, ready_timeout_s: float = 240.0,
+               extra: list[str] | None = None) -> Server:
+    """Start vLLM on ``127.0.0.1:port`` (a free port by default) serving ``model_dir`` (default: the
+    bundled SmolLM2, bf16 safetensors) as ``served_name``, wait for ``/health``, return the
+    :class:`Server`. Stop it with :func:`stop`."""
+    if not vllm_available():
+        raise RuntimeError(unavailable_reason())
+    if model_dir is None:
+        from .models import llm_dir
+
+        model_dir = llm_dir("bfloat16")
+    port = port or free_port()
+    if log_path is None:
+        from .profile import cache_dir
+
+        log_path = cache_dir() / f"vllm-{port}.log"
+    log_path = Path(log_path)
+    cmd = vllm_command(model_dir, port, served_name, max_model_len, threads=threads, extra=extra)
+    with open(log_path, "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=vllm_env(threads, kv_cache_gib), cwd=ROOT, start_new_session=True)
+    server = Server(url=f"http://127.0.0.1:{port}", pid=proc.pid, log=log_path, model=served_name, proc=proc)
+    try:
+        server.startup_s = wait_ready(server, ready_timeout_s)
+    except BaseException:
+        stop(server)
+        raise
+    return server
+
+
+def stop(server: Server, timeout_s: float = 20.0) -> None:
+    """Stop the server by its PID: SIGTERM to its process group (vLLM runs its engine in a child
+    process), then SIGKILL if it has not exited within ``timeout_s``."""
+    if server.proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, sig)
+        try:
+            server.proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def vllm_server(**kwargs: Any) -> Iterator[str]:
+    """``with vllm_server() as url:`` the base URL of a ready vLLM server, stopped on exit.
+    Arguments as :func:`start_vllm`."""
+    server = start_vllm(**kwargs)
+    try:
+        yield server.url
+    finally:
+        stop(server)
+
+
+def scrape_metrics(base_url: str, prefix: str = "vllm:") -> dict[str, float]:
+    """Prometheus ``/metrics`` as ``{sample name: value}``, summed over label sets, for names
+    starting with ``prefix``. Histograms give ``NAME_sum`` and ``NAME_count`` (and buckets as
+    ``NAME_bucket{le}``), e.g. ``vllm:time_to_first_token_seconds_sum``."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=10.0).text
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if not s.name.startswith(prefix):
+                continue
+            key = f"{s.name}{{le={s.labels['le']}}}" if "le" in s.labels else s.name
+            out[key] = out.get(key, 0.0) + float(s.value)
+    return out
+
+
+def server_side_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean server-side TTFT and E2E latency (seconds) of the requests served between two
+    :func:`scrape_metrics` snapshots, from the histograms' ``_sum``/``_count`` deltas."""
+    out: dict[str, float] = {}
+    for key, name in (("ttft_s", "vllm:time_to_first_token_seconds"),
+                      ("e2e_s", "vllm:e2e_request_latency_seconds")):
+        n = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+        out[key] = total / n if n else float("nan")
+        out[f"n_{key}"] = n
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make serve``: the bundled model on 127.0.0.1 in the foreground until Ctrl-C."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="serve the bundled model with vLLM (CPU) on 127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--kv-cache-gib", type=int, default=1)
+    a = ap.parse_args(argv)
+    if not vllm_available():
+        print(f"error: {unavailable_reason()}", file=sys.stderr)
+        return 1
+    from .models import llm_dir
+
+    cmd = vllm_command(llm_dir("bfloat16"), a.port, max_model_len=a.max_model_len)
+    env = vllm_env(kv_cache_gib=a.kv_cache_gib)
+    keys = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS",
+            "VLLM_ENABLE_V1_MULTIPROCESSING")
+    shown = {k: env[k] for k in keys if k in env}
+    print(" ".join(f"{k}={v}" for k, v in shown.items()), " ".join(cmd), flush=True)
+    print(f"OpenAI API at http://127.0.0.1:{a.port}/v1 (model {SERVED_NAME!r}) once /health answers; "
+          "Ctrl-C stops it", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        return subprocess.call(cmd, env=env)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -133,18 +133,24 @@ def llm_dir(dtype: str = "float32", name: str = "smollm2-135m") -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    gguf = gguf_path()
     t0 = time.perf_counter()
-    print(f"[labkit] converting {gguf.name} to a {dtype} safetensors folder (once)...", flush=True)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent,
-        gguf_file=gguf.name,
-        quantization_config=GgufConfig(dequantize=True),
-        dtype=getattr(torch, dtype),
-    )
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    if dtype != "float32":  # cast the float32 folder: faster than dequantizing the GGUF again
+        src = llm_dir("float32", name)
+        print(f"[labkit] casting {src.name} to {dtype} (once)...", flush=True)
+        tok = AutoTokenizer.from_pretrained(src)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), use_safetensors=True)
+    else:
+        gguf = gguf_path()
+        print(f"[labkit] converting {gguf.name} to a {dtype} safetensors folder (once)...", flush=True)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent,
+            gguf_file=gguf.name,
+            quantization_config=GgufConfig(dequantize=True),
+            dtype=torch.float32,
+        )
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer.remove_quantization_config(model)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)

@@ -28,9 +28,11 @@ class Accelerator:
     def ops_per_byte(self, dtype: str = "fp16") -> float:
         """Ridge point of the roofline: peak FLOP/s ÷ bandwidth (FLOPs per byte moved).
         Work with fewer FLOPs per byte than this is memory-bound (chapter 04)."""
+        from .roofline import ridge_point
+
         if dtype not in self.tflops:
             raise KeyError(f"{self.name} has no {dtype!r} figure; known: {sorted(self.tflops)}")
-        return self.tflops[dtype] * 1e12 / self.bandwidth_bytes_per_s
+        return ridge_point(self.tflops[dtype] * 1e12, self.bandwidth_bytes_per_s)
 
 
 ACCELERATORS: dict[str, Accelerator] = {

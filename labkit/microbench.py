@@ -86,5 +86,8 @@ def matmul_dtypes(device: str) -> list[str]:
 
 
 def ops_per_byte(tflops: float, gbps: float) -> float:
-    """Ridge point: FLOP/s ÷ bytes/s. Below it a kernel is memory-bound (chapter 04)."""
-    return tflops * 1e12 / (gbps * 1e9)
+    """Ridge point from measured figures in TFLOPS and GB/s (:func:`labkit.roofline.ridge_point`
+    in SI units). Below it a kernel is memory-bound (chapter 04)."""
+    from .roofline import ridge_point
+
+    return ridge_point(tflops * 1e12, gbps * 1e9)

@@ -46,12 +46,14 @@ REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Reque
 @dataclass
 class FakeServer:
     """A running fake server: ``url`` (``http://127.0.0.1:PORT``), ``opts`` (live options),
-    ``requests`` (how many POSTs it has received)."""
+    ``requests`` (how many generation requests it has received), ``active`` / ``peak_active``
+    (streams in flight now / at most)."""
 
     url: str = ""
     opts: dict[str, Any] = field(default_factory=lambda: dict(DEFAULTS))
     requests: int = 0
     active: int = 0
+    peak_active: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
     _server: asyncio.AbstractServer | None = None
 
@@ -202,6 +204,7 @@ async def _handle(srv: FakeServer, reader: asyncio.StreamReader, w: asyncio.Stre
                                                "text": text, "finish_reason": "length"}]})
                 continue
             srv.active += 1
+            srv.peak_active = max(srv.peak_active, srv.active)
             try:
                 await _stream(srv, w, api, data)
             finally:

@@ -86,7 +86,8 @@ class LineSplitter:
 
 class SSEParser:
     """Server-Sent Events (WHATWG HTML spec, section 9.2): ``feed(bytes)`` returns the ``data`` of
-    each event completed by those bytes (multi-line data joined with newlines). Comments
+    each event completed by those bytes (multi-line data joined with newlines; events with empty
+data are dropped, as the spec says). Comments
     (``: keep-alive``), ``event:``, ``id:`` and ``retry:`` fields are skipped. ``close()`` also
     dispatches an event the server did not end with a blank line."""
 
@@ -100,10 +101,13 @@ class SSEParser:
 
     def close(self) -> list[str]:
         events = self._handle(self._lines.close())
-        if self._data:
-            events.append("\n".join(self._data))
-            self._data = []
+        self._dispatch(events)
         return events
+
+    def _dispatch(self, events: list[str]) -> None:
+        data, self._data = "\n".join(self._data), []
+        if data:  # the spec drops events whose data is empty
+            events.append(data)
 
     def _handle(self, lines: list[str]) -> list[str]:
         events = []
@@ -111,9 +115,7 @@ class SSEParser:
             if self._first:
                 line, self._first = line.removeprefix("\ufeff"), False
             if line == "":
-                if self._data:
-                    events.append("\n".join(self._data))
-                    self._data = []
+                self._dispatch(events)
                 continue
             if line.startswith(":"):
                 continue

@@ -1,0 +1,144 @@
+"""The load generator against the loopback fake server: closed and open loop, accounting, JSONL that
+survives a kill, mid-run errors, the `labkit bench` command (chapter 02)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from labkit import loadgen, metrics_plots
+from labkit.cli import main as labkit_main
+from labkit.fakeserver import fake_server
+from labkit.serve import free_port
+from labkit.streaming import ServerError, transformers_backend
+
+
+@pytest.fixture()
+def srv():
+    with fake_server(step_s=0.002, prefill_s=0.01, batch_cost_s=0.001) as s:
+        yield s
+
+
+@pytest.mark.parametrize("c", [1, 4])
+def test_closed_loop_holds_concurrency_and_accounts(srv, c, tmp_path):
+    s = loadgen.run(srv.url, 12, c, max_tokens=5, out=tmp_path, progress=False, warmup=1)
+    assert srv.peak_active == c
+    assert s["accounted"] and s["completed"] == 12 and s["failed"] == 0
+    assert s["total_output_tokens"] == 60 and s["n_ttft"] == 12 and s["n_itl"] == 48
+    assert s["mode"] == "closed" and s["concurrency"] == c
+    lines = [json.loads(x) for x in open(tmp_path / f"c{c}.jsonl")]
+    assert [x["phase"] for x in lines].count("warmup") == 1 and len(lines) == 13
+    assert all(x["status"] == "ok" and x["ttft_s"] > 0 for x in lines)
+    saved = json.load(open(tmp_path / f"c{c}.json"))
+    assert saved["p99_ttft_ms"] == pytest.approx(s["p99_ttft_ms"]) and "requests" not in saved
+    assert len(s["requests"]) == 12
+
+
+def test_arrivals_are_gamma_with_the_asked_rate_and_burstiness():
+    for shape in (0.5, 1.0, 4.0):
+        t = np.array(loadgen.arrival_times(20_000, rate=50.0, burstiness=shape, seed=1))
+        gaps = np.diff(t)
+        assert t[0] == 0.0 and gaps.mean() == pytest.approx(1 / 50, rel=0.05)
+        assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(shape), rel=0.08)  # gamma CV
+    with pytest.raises(ValueError):
+        loadgen.arrival_times(3, rate=0)
+
+
+def test_open_loop_caps_in_flight_and_records_queueing(srv):
+    srv.opts["step_s"] = 0.01
+    s = loadgen.run(srv.url, 16, concurrency=2, rate=200.0, max_tokens=4, progress=False, warmup=0)
+    assert s["mode"] == "open" and s["accounted"] and s["completed"] == 16
+    assert srv.peak_active <= 2
+    assert max(r["queue_s"] for r in s["requests"]) > 0.01  # arrivals waited for the cap
+
+
+def test_mid_run_errors_and_deadline_are_accounted(srv):
+    srv.opts["fail_every"] = 4
+    s = loadgen.run(srv.url, 12, 3, max_tokens=3, progress=False, warmup=0)
+    assert s["status_counts"]["http_error"] == 3 and s["completed"] == 9 and s["accounted"]
+    assert all("injected" in r["error"] for r in s["requests"] if r["status"] == "http_error")
+    srv.opts.update(fail_every=0, step_s=0.05)
+    s = loadgen.run(srv.url, 30, 1, max_tokens=3, progress=False, warmup=0, max_duration_s=0.3)
+    assert s["status_counts"]["not_sent"] > 0 and s["accounted"]
+    assert s["completed"] + s["status_counts"]["not_sent"] == 30
+
+
+def test_clear_errors_before_a_run(srv):
+    with pytest.raises(ServerError, match="'gpt-4' is not served"):
+        loadgen.run(srv.url, 2, model="gpt-4", progress=False)
+    with pytest.raises(ServerError, match="no server answers"):
+        loadgen.run(f"http://127.0.0.1:{free_port()}", 2, model="x", progress=False)
+    with pytest.raises(ValueError, match="at most 1"):
+        loadgen.run(transformers_backend(None, None), 2, concurrency=2)
+    srv.opts["streaming"] = False
+    with pytest.raises(ServerError, match="warm-up request failed.*event-stream"):
+        loadgen.run(srv.url, 2, progress=False)
+
+
+def test_synthetic_lengths_with_a_tokenizer():
+    class Chars:
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": list(text.encode())}
+
+        def decode(self, ids):
+            return bytes(ids).decode(errors="ignore")
+
+    reqs = loadgen.synthetic_requests(20, input_tokens=100, output_tokens=16, range_ratio=0.5,
+                                      tokenizer=Chars(), seed=3)
+    assert all(50 <= len(r["prompt"].encode()) <= 150 and 8 <= r["max_tokens"] <= 24 for r in reqs)
+    assert len({r["max_tokens"] for r in reqs}) > 3
+    assert len(loadgen.load_prompts()) >= 20
+
+
+def test_sweep_plots_and_knee_table(srv):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    runs = loadgen.sweep(srv.url, (1, 2), n_requests=4, max_tokens=4, progress=False)
+    rows = loadgen.knee_table(runs)
+    assert [r["concurrency"] for r in rows] == [1, 2] and "output_tok_s" in loadgen.format_table(rows)
+    for fn in (metrics_plots.plot_ttft_cdf, metrics_plots.plot_itl_hist, metrics_plots.plot_knee):
+        assert fn(runs) is not None
+
+
+def test_bench_command(srv, tmp_path, capsys):
+    code = labkit_main(["bench", "--base-url", srv.url, "-n", "4", "-c", "1", "2", "--max-tokens", "3",
+                        "--out", str(tmp_path), "--no-progress", "--slo-ttft-ms", "1000"])
+    out = capsys.readouterr().out
+    assert code == 0 and "== c1" in out and "== c2" in out and "goodput" in out
+    assert (tmp_path / "c2.jsonl").exists() and (tmp_path / "c2.json").exists()
+    code = labkit_main(["bench", "--base-url", f"http://127.0.0.1:{free_port()}", "--no-progress"])
+    assert code == 1 and "no server answers" in capsys.readouterr().err
+    code = labkit_main(["bench", "--base-url", srv.url, "--backend", "ollama-generate", "--model", "fake",
+                        "-n", "3", "--rate", "20", "--out", str(tmp_path), "--no-progress"])
+    assert code == 0 and "rate20" in capsys.readouterr().out
+
+
+def test_killed_run_keeps_what_finished(tmp_path):
+    """A bench process killed mid-run leaves one valid JSON line per request it finished."""
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "labkit.fakeserver", "--port", str(port), "--step-ms", "40"]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+    try:
+        server.stdout.readline()  # "fake server on ..."
+        bench = subprocess.Popen([sys.executable, "-m", "labkit.cli", "bench", "--base-url",
+                                  f"http://127.0.0.1:{port}", "-n", "100", "--max-tokens", "3",
+                                  "--out", str(tmp_path), "--no-progress"], env=env)
+        path = tmp_path / "c1.jsonl"
+        t0 = time.time()
+        while time.time() - t0 < 60 and (not path.exists() or path.read_text().count("\n") < 4):
+            time.sleep(0.1)
+        bench.send_signal(signal.SIGKILL)
+        bench.wait(10)
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        assert 4 <= len(lines) < 101 and all(x["status"] == "ok" for x in lines)
+        assert not (tmp_path / "c1.json").exists()  # the summary never got written
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(10)

@@ -1,0 +1,148 @@
+"""Metric definitions against timelines computed by hand (chapter 02)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from labkit import metrics
+
+
+def rec(chunks, output_tokens=None, status="ok", t_end=None, prompt_tokens=None):
+    t_end = t_end if t_end is not None else (chunks[-1][0] + 0.001 if chunks else 0.0)
+    return {"status": status, "t_sent": 10.0, "t_end": 10.0 + t_end, "chunks": chunks,
+            "output_tokens": output_tokens, "prompt_tokens": prompt_tokens}
+
+
+def test_one_token_per_chunk():
+    m = metrics.request_metrics(rec([[0.2, 1], [0.3, 1], [0.4, 1], [0.5, 1]], 4))
+    assert m["ttft_s"] == pytest.approx(0.2)
+    assert m["e2e_s"] == pytest.approx(0.5)
+    assert m["tpot_s"] == pytest.approx(0.1)  # (0.5 - 0.2) / (4 - 1)
+    assert m["itl_s"] == pytest.approx([0.1, 0.1, 0.1])
+    assert m["chunk_gaps_s"] == pytest.approx([0.1, 0.1, 0.1])
+    assert m["tps"] == pytest.approx(10.0)
+    assert m["output_tokens_per_s"] == pytest.approx(8.0)
+
+
+def test_multi_token_chunks_share_their_gap():
+    # tokens: 1 at 0.2; 2 at 0.4; 3 at 0.7 -> 6 tokens, decode 0.5 s over 5 tokens
+    m = metrics.request_metrics(rec([[0.2, 1], [0.4, 2], [0.7, 3]], 6))
+    assert m["tpot_s"] == pytest.approx(0.1)
+    assert m["itl_s"] == pytest.approx([0.1] * 5)
+    assert np.mean(m["itl_s"]) == pytest.approx(m["tpot_s"])
+    # vLLM-style per-chunk gaps overstate the per-token gap 2.5x here: the trap
+    assert np.mean(m["chunk_gaps_s"]) == pytest.approx(0.25)
+
+
+def test_tokens_in_first_chunk_have_no_gap():
+    m = metrics.request_metrics(rec([[0.2, 3], [0.3, 1]], 4))
+    assert m["ttft_s"] == pytest.approx(0.2)
+    assert m["itl_s"] == pytest.approx([0.1])
+    assert m["tpot_s"] == pytest.approx(0.1 / 3)
+
+
+def test_one_token_output_has_no_tpot():
+    m = metrics.request_metrics(rec([[0.25, 1]], 1))
+    assert m["ttft_s"] == pytest.approx(0.25) and m["e2e_s"] == pytest.approx(0.25)
+    assert math.isnan(m["tpot_s"]) and m["itl_s"] == [] and math.isnan(m["tps"])
+    s = metrics.summarize([rec([[0.25, 1]], 1)], duration_s=1.0, slo={"ttft_ms": 300, "tpot_ms": 1})
+    assert s["n_tpot"] == 0 and math.isnan(s["mean_tpot_ms"])
+    assert s["request_goodput"] == pytest.approx(1.0)  # no TPOT to violate, as in vLLM
+
+
+def test_output_tokens_from_usage_override_chunk_sum():
+    # server says 5 tokens; chunk counts unknown -> TPOT still defined, ITL not
+    m = metrics.request_metrics(rec([[0.2, None], [0.6, None]], 5))
+    assert m["tpot_s"] == pytest.approx(0.1)
+    assert m["itl_s"] == [] and m["chunk_gaps_s"] == pytest.approx([0.4])
+
+
+def test_summary_counts_failures_and_uses_only_completed():
+    ok1 = rec([[0.1, 1], [0.2, 1]], 2, prompt_tokens=5)
+    ok2 = rec([[0.3, 1], [0.5, 1], [0.7, 1]], 3, prompt_tokens=7)
+    bad = rec([], None, status="http_error", t_end=0.05)
+    broken = rec([[0.2, 1]], 1, status="broken_stream")
+    s = metrics.summarize([ok1, ok2, bad, broken], duration_s=2.0)
+    assert s["n_requests"] == 4 and s["completed"] == 2 and s["failed"] == 2
+    assert s["status_counts"]["http_error"] == 1 and s["status_counts"]["broken_stream"] == 1
+    assert s["total_output_tokens"] == 5 and s["total_input_tokens"] == 12
+    assert s["output_throughput"] == pytest.approx(2.5)
+    assert s["request_throughput"] == pytest.approx(1.0)
+    assert s["n_ttft"] == 2 and s["n_itl"] == 3
+    assert s["median_ttft_ms"] == pytest.approx(200.0)
+    assert s["p99_ttft_ms"] == pytest.approx(np.percentile([100, 300], 99))
+    assert s["mean_tpot_ms"] == pytest.approx(np.mean([100, 200]))
+    for key in ("mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p90_ttft_ms",
+                "p99_ttft_ms", "p99_itl_ms", "mean_e2el_ms", "p99_tpot_ms", "total_token_throughput"):
+        assert key in s
+    text = metrics.format_report(s)
+    assert "2 requests" in text and "3 gaps" in text and "http_error 1" in text
+
+
+def test_summary_duration_defaults_to_first_send_to_last_close():
+    a = {"status": "ok", "t_sent": 1.0, "t_end": 2.0, "chunks": [[0.5, 1], [1.0, 1]], "output_tokens": 2}
+    b = {"status": "ok", "t_sent": 1.5, "t_end": 4.0, "chunks": [[1.0, 1], [2.5, 1]], "output_tokens": 2}
+    assert metrics.summarize([a, b])["duration"] == pytest.approx(3.0)
+
+
+def test_goodput_needs_every_limit():
+    fast = rec([[0.1, 1], [0.15, 1]], 2)
+    slow_start = rec([[0.9, 1], [0.95, 1]], 2)
+    slow_decode = rec([[0.1, 1], [0.6, 1]], 2)
+    s = metrics.summarize([fast, slow_start, slow_decode], duration_s=1.0,
+                          slo={"ttft_ms": 500, "tpot_ms": 100})
+    assert s["request_goodput"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="unknown SLO"):
+        metrics.summarize([fast], slo={"ttft": 1})
+
+
+def test_stats_match_numpy_and_empty_is_nan():
+    x = [5.0, 1.0, 9.0, 3.0, 7.0, float("nan")]
+    st = metrics.stats(x)
+    clean = [5.0, 1.0, 9.0, 3.0, 7.0]
+    assert st["n"] == 5
+    for p in (50, 90, 99):
+        assert st[f"p{p}"] == pytest.approx(np.percentile(clean, p))
+    assert st["std"] == pytest.approx(np.std(clean))
+    empty = metrics.stats([])
+    assert empty["n"] == 0 and math.isnan(empty["p99"]) and math.isnan(empty["mean"])
+    p999 = metrics.stats([1.0, 2.0], percentiles=(99.9,))["p99.9"]
+    assert p999 == pytest.approx(np.percentile([1, 2], 99.9))
+
+
+def test_p99_at_least_p50():
+    rng = np.random.default_rng(0)
+    recs = [rec([[float(t), 1], [float(t) + 0.05, 1]], 2) for t in rng.exponential(0.2, 200)]
+    s = metrics.summarize(recs, duration_s=10.0)
+    assert s["p99_ttft_ms"] >= s["p90_ttft_ms"] >= s["p50_ttft_ms"]
+
+
+class WordTokenizer:
+    """Whitespace tokenizer that, like real ones, prepends BOS when asked for special tokens."""
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = list(range(len(text.split())))
+        return {"input_ids": ([-1] if add_special_tokens else []) + ids}
+
+
+def test_token_counting_never_counts_chunks():
+    counts, n, src = metrics.count_chunk_tokens(["a", " b c", " d"], [1, 3, 4], total=4)
+    assert counts == [1, 2, 1] and n == 4 and src == "usage-continuous"
+    # tokenizer on cumulative text, no BOS per chunk: 1 + 2 + 1 words
+    counts, n, src = metrics.count_chunk_tokens(["a", " b c", " d"], [None] * 3, tokenizer=WordTokenizer())
+    assert counts == [1, 2, 1] and n == 4 and src == "tokenizer"
+    counts, n, src = metrics.count_chunk_tokens(["a", " b c", " d"], [None] * 3, total=7,
+                                                tokenizer=WordTokenizer())
+    assert n == 7 and src == "usage+tokenizer"
+    counts, n, src = metrics.count_chunk_tokens(["x", "y", "z"], [None] * 3, total=3)
+    assert counts == [1, 1, 1] and src == "usage"
+    counts, n, src = metrics.count_chunk_tokens(["aaaa", "a", "aaa"], [None] * 3, total=8)
+    assert sum(counts) == 8 and min(counts) >= 1 and counts[0] > counts[1] and src == "usage+chars"
+    counts, n, src = metrics.count_chunk_tokens(["x", "y"], [None, None])
+    assert counts == [None, None] and n is None and src == "unknown"
+
+
+def test_cumulative_usage_tail_goes_to_last_chunk():
+    counts, n, _ = metrics.count_chunk_tokens(["a", "b"], [1, 2], total=3)
+    assert counts == [1, 2] and n == 3

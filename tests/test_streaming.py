@@ -1,0 +1,216 @@
+"""SSE and NDJSON parsing across arbitrary network splits, and every streaming backend against the
+loopback fake server: OpenAI chat/completions over SSE, Ollama through the official client (chapter 02)."""
+
+import json
+import time
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labkit import metrics, streaming
+from labkit.fakeserver import fake_server
+
+
+def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+def feed_all(parser, pieces):
+    out = []
+    for p in pieces:
+        out += parser.feed(p)
+    return out + parser.close()
+
+
+line_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30)
+eol = st.sampled_from(["\n", "\r\n", "\r"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(st.lists(line_text, min_size=1, max_size=3), max_size=6),
+       eols=st.lists(eol, min_size=40, max_size=40), comments=st.booleans(),
+       cuts=st.lists(st.integers(0, 10_000), max_size=12))
+def test_sse_roundtrip_any_split(events, eols, comments, cuts):
+    """Events written with any mix of LF/CRLF/CR, comments and multi-line data parse back the same
+    however the bytes are split (including inside a CRLF or a UTF-8 character)."""
+    it = iter(eols * 10)
+    wire = ""
+
+    def end_line() -> str:  # a lone CR followed by LF would be one CRLF: write CR CRLF instead
+        e = next(it)
+        return "\r\n" if wire.endswith("\r") and e == "\n" else e
+
+    for ev in events:
+        if comments:
+            wire += ": keep-alive"
+            wire += end_line()
+        for line in ev:
+            wire += f"data: {line}"
+            wire += end_line()
+        wire += end_line()
+    parsed = feed_all(streaming.SSEParser(), split_at(wire.encode(), cuts))
+    expected = ["\n".join(ev) for ev in events]
+    assert parsed == [e for e in expected if e]  # empty data dispatches nothing (the spec)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(objs=st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=4), max_size=6),
+       blank=st.booleans(), trailing=st.booleans(), ascii_only=st.booleans(),
+       cuts=st.lists(st.integers(0, 10_000), max_size=12))
+def test_ndjson_roundtrip_any_split(objs, blank, trailing, ascii_only, cuts):
+    lines = [json.dumps(o, ensure_ascii=ascii_only) for o in objs]
+    wire = ("\n\n" if blank else "\n").join(lines) + ("\n" if trailing and lines else "")
+    assert feed_all(streaming.NDJSONParser(), split_at(wire.encode(), cuts)) == objs
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(st.characters(whitelist_categories=("Lu", "Ll", "Nd", "Zs", "Po")), max_size=40),
+       eols=st.lists(eol, min_size=1, max_size=8), cuts=st.lists(st.integers(0, 10_000), max_size=8))
+def test_line_splitter_agrees_with_httpx(text, eols, cuts):
+    """labkit's line splitter against the library's: httpx's ``iter_lines`` on the same pieces."""
+    words = text.split(" ")
+    wire = "".join(w + eols[i % len(eols)] for i, w in enumerate(words)).encode()
+    pieces = split_at(wire, cuts)
+    ours = feed_all(streaming.LineSplitter(), pieces)
+    theirs = list(httpx.Response(200, content=iter(pieces)).iter_lines())
+    assert ours == theirs
+
+
+def test_ndjson_bad_line_is_a_clear_error():
+    with pytest.raises(ValueError, match="not a JSON line"):
+        streaming.NDJSONParser().feed(b'{"a": 1}\nnot json\n')
+
+
+# --- backends against the loopback fake server ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with fake_server(step_s=0.004, prefill_s=0.05) as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def reset(srv):
+    base = dict(srv.opts)
+    yield
+    srv.opts.clear()
+    srv.opts.update(base)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_openai_stream_counts_tokens_not_chunks(srv, endpoint, k):
+    srv.opts["tokens_per_chunk"] = k
+    r = streaming.measure(streaming.openai_backend(srv.url, "fake", endpoint=endpoint), "hi there", 10)
+    assert r["status"] == "ok", r["error"]
+    assert r["output_tokens"] == 10 and r["token_source"] == "usage-continuous"
+    assert [c[1] for c in r["chunks"]] == [k] * (10 // k) + ([10 % k] if 10 % k else [])
+    assert r["text"].split() == [f"tok{i}" for i in range(10)]
+    m = metrics.request_metrics(r)
+    assert len(m["itl_s"]) == 10 - k  # the first chunk's extra tokens have no gap
+    assert len(m["chunk_gaps_s"]) == len(r["chunks"]) - 1
+
+
+def test_role_only_chunk_does_not_count_as_first_token(srv):
+    srv.opts.update(prefill_s=0.3, role_chunk=True)  # role chunk goes out at once, token after 0.3 s
+    r = streaming.measure(streaming.openai_backend(srv.url, "fake"), "hi", 3)
+    assert r["status"] == "ok" and len(r["chunks"]) == 3
+    assert metrics.request_metrics(r)["ttft_s"] >= 0.3
+
+
+def test_final_usage_only_server(srv):
+    srv.opts["tokens_per_chunk"] = 2
+    be = streaming.openai_backend(srv.url, "fake", continuous_usage=False)
+    r = streaming.measure(be, "hi", 7)
+    assert r["status"] == "ok" and r["output_tokens"] == 7 and r["token_source"] == "usage+chars"
+    assert sum(c[1] for c in r["chunks"]) == 7
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "chat"])
+@pytest.mark.parametrize("raw", [False, True])
+def test_ollama_ndjson_client_and_server_timing(srv, endpoint, raw):
+    """The official ``ollama`` client (and labkit's own NDJSON parser) against a server speaking
+    Ollama's documented streaming protocol: Ollama's eval_count/eval_duration are kept beside the
+    client's timing, and the server-side durations fit inside the client-side ones."""
+    r = streaming.measure(streaming.ollama_backend("fake", host=srv.url, endpoint=endpoint, raw=raw), "hi", 6)
+    assert r["status"] == "ok", r["error"]
+    assert r["output_tokens"] == 6 and r["token_source"] == "usage" and len(r["chunks"]) == 6
+    sv = r["server"]
+    assert sv["eval_count"] == 6 and sv["prompt_eval_count"] == 1
+    m = metrics.request_metrics(r)
+    assert sv["total_s"] <= (r["t_end"] - r["t_sent"]) + 1e-3
+    assert sv["prompt_eval_s"] == pytest.approx(0.05, abs=0.04)
+    assert m["ttft_s"] >= sv["prompt_eval_s"] - 1e-3
+
+
+def test_errors_are_records_with_clear_messages(srv):
+    r = streaming.measure(streaming.openai_backend(srv.url, "gpt-nope"), "hi", 4)
+    assert r["status"] == "http_error" and r["http_status"] == 404 and "gpt-nope" in r["error"]
+    r = streaming.measure(streaming.ollama_backend("nope", host=srv.url), "hi", 4)
+    assert r["status"] == "http_error" and "not found" in r["error"]
+    srv.opts["fail_every"] = 1
+    r = streaming.measure(streaming.openai_backend(srv.url, "fake"), "hi", 4)
+    assert r["status"] == "http_error" and r["http_status"] == 500 and "injected" in r["error"]
+    srv.opts.update(fail_every=0, streaming=False)
+    r = streaming.measure(streaming.openai_backend(srv.url, "fake"), "hi", 4)
+    assert r["status"] == "error" and "text/event-stream" in r["error"] and "stream" in r["error"]
+    srv.opts.update(streaming=True, break_after=2)
+    r = streaming.measure(streaming.openai_backend(srv.url, "fake"), "hi", 8)
+    assert r["status"] == "broken_stream" and len(r["chunks"]) == 2  # what arrived is kept
+    r = streaming.measure(streaming.ollama_backend("fake", host=srv.url), "hi", 8)
+    assert r["status"] == "broken_stream" and len(r["chunks"]) == 2
+    srv.opts.update(break_after=None, step_s=0.5)
+    t = time.perf_counter()
+    r = streaming.measure(streaming.openai_backend(srv.url, "fake", timeout_s=0.3), "hi", 8)
+    assert r["status"] == "timeout" and time.perf_counter() - t < 2.0
+
+
+def test_no_server_is_a_clear_error():
+    with fake_server() as s:
+        url = s.url  # a port that was just free and is closed again below
+    r = streaming.measure(streaming.openai_backend(url, "fake"), "hi", 4)
+    assert r["status"] == "connect_error" and "no server answers" in r["error"]
+    r = streaming.measure(streaming.ollama_backend("fake", host=url), "hi", 4)
+    assert r["status"] == "connect_error"
+    with pytest.raises(streaming.ServerError, match="no server answers"):
+        streaming.check_openai_server(url)
+    assert not streaming.ollama_available(url)
+    with pytest.raises(streaming.ServerError, match="no Ollama server"):
+        streaming.check_ollama(url)
+
+
+def test_server_checks(srv):
+    assert streaming.check_openai_server(srv.url + "/v1/", "fake") == ["fake"]
+    with pytest.raises(streaming.ServerError, match="'wrong' is not served.*fake"):
+        streaming.check_openai_server(srv.url, "wrong")
+    assert streaming.ollama_available(srv.url)
+    assert streaming.check_ollama(srv.url, "fake") == ["fake"]
+    with pytest.raises(streaming.ServerError, match="ollama pull other"):
+        streaming.check_ollama(srv.url, "other")
+
+
+@pytest.mark.slow
+def test_transformers_streamer_times_every_token():
+    from labkit.models import load_llm
+    from labkit.profile import set_threads
+
+    set_threads()
+    model, tok = load_llm("smollm2-135m")
+    r = streaming.generate_timed(model, tok, "Count: one, two,", max_tokens=6, ignore_eos=True)
+    assert r["status"] == "ok" and r["output_tokens"] == 6 and r["token_source"] == "streamer"
+    times = [c[0] for c in r["chunks"]]
+    assert len(times) == 6 and times == sorted(times) and times[0] > 0
+    assert r["t_end"] - r["t_sent"] >= times[-1]
+    be = streaming.transformers_backend(model, tok)
+    assert be.max_concurrency == 1
+    assert streaming.measure(be, "Hi", 2)["output_tokens"] <= 2

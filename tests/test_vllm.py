@@ -1,0 +1,73 @@
+"""A real engine end to end: vLLM's CPU build serving the bundled model on 127.0.0.1, started once
+per test session (about 20-90 s on 2 CPU cores, depending on load), driven by the load generator,
+and labkit's client-side TTFT/E2E checked against vLLM's own server-side histograms (chapter 02).
+
+Skipped where vLLM cannot run (not Linux x86_64, or no ``make serve-setup``), except on CI on Linux
+x86_64, where the Makefile installs it and a missing server is a failure."""
+
+import os
+import platform
+
+import pytest
+
+from labkit import loadgen, serve, streaming
+
+
+def _required() -> bool:
+    ci = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+    return ci and platform.system() == "Linux" and platform.machine() == "x86_64"
+
+
+@pytest.fixture(scope="session")
+def vllm_url():
+    if not serve.vllm_available():
+        if _required():
+            pytest.fail(f"vLLM is required on CI on Linux x86_64: {serve.unavailable_reason()}")
+        pytest.skip(serve.unavailable_reason())
+    server = serve.start_vllm(ready_timeout_s=300)
+    print(f"\nvLLM ready in {server.startup_s:.1f} s at {server.url} (log {server.log})")
+    try:
+        yield server.url
+    finally:
+        serve.stop(server)
+        assert server.proc.poll() is not None, "the vLLM server did not stop"
+
+
+def test_load_test_against_vllm(vllm_url):
+    s = loadgen.run(vllm_url, 4, 2, model=serve.SERVED_NAME, max_tokens=12, ignore_eos=True,
+                    progress=False, warmup=1)
+    assert s["accounted"] and s["completed"] == 4, s["status_counts"]
+    for r in s["requests"]:
+        assert r["output_tokens"] == 12 and r["token_source"] == "usage-continuous"
+        assert sum(c[1] for c in r["chunks"]) == 12  # counted from vLLM's usage, per chunk
+        assert r["prompt_tokens"] and r["prompt_tokens"] > 0
+    assert s["p99_ttft_ms"] >= s["p50_ttft_ms"] > 0 and s["n_itl"] == 4 * 11
+    assert s["output_throughput"] > 0
+
+
+def test_client_timing_against_vllm_server_histograms(vllm_url):
+    """Same requests, two clocks: labkit's TTFT/E2E (client side: HTTP, SSE framing and the
+    network included) against vLLM's ``vllm:time_to_first_token_seconds`` and
+    ``vllm:e2e_request_latency_seconds`` (server side). The client can only be later."""
+    before = serve.scrape_metrics(vllm_url)
+    s = loadgen.run(vllm_url, 4, 1, model=serve.SERVED_NAME, max_tokens=12, ignore_eos=True,
+                    progress=False, warmup=0)
+    after = serve.scrape_metrics(vllm_url)
+    server = serve.server_side_means(before, after)
+    assert server["n_ttft_s"] == 4 and server["n_e2e_s"] == 4 and s["completed"] == 4
+    client_ttft, client_e2e = s["mean_ttft_ms"] / 1e3, s["mean_e2el_ms"] / 1e3
+    d_ttft, d_e2e = client_ttft - server["ttft_s"], client_e2e - server["e2e_s"]
+    print(f"\nTTFT client {client_ttft * 1e3:.1f} ms, server {server['ttft_s'] * 1e3:.1f} ms, "
+          f"difference {d_ttft * 1e3:+.1f} ms; E2E client {client_e2e * 1e3:.1f} ms, server "
+          f"{server['e2e_s'] * 1e3:.1f} ms, difference {d_e2e * 1e3:+.1f} ms (4 requests)")
+    assert -0.005 <= d_ttft < 0.5 and -0.005 <= d_e2e < 0.5
+
+
+def test_vllm_errors_and_completions(vllm_url):
+    with pytest.raises(streaming.ServerError, match="'gpt-4o' is not served.*smollm2"):
+        streaming.check_openai_server(vllm_url, "gpt-4o")
+    r = streaming.measure(streaming.openai_backend(vllm_url, "gpt-4o"), "hi", 4)
+    assert r["status"] == "http_error" and r["http_status"] == 404 and "gpt-4o" in r["error"]
+    r = streaming.measure(streaming.openai_backend(vllm_url, serve.SERVED_NAME, endpoint="completions",
+                                                   ignore_eos=True), "Once upon a time", 6)
+    assert r["status"] == "ok" and r["output_tokens"] == 6 and r["text"]

@@ -1,0 +1,126 @@
+"""How much does labkit's load generator itself cost? (chapter 02)
+
+Runs labkit's fake streaming server in its own process on 127.0.0.1 doing zero work, and measures:
+
+1. ingest: aggregate tokens/s the load generator parses and times (SSE, one token per chunk, JSON
+   per chunk) at several concurrencies, next to a bare ``httpx`` client that only reads the bytes
+   (the floor: what the same machine delivers with no parsing at all);
+2. added latency: TTFT against a server that answers instantly (all of it is overhead: client,
+   loopback, server), and ITL against a server that sends a token every 20 ms exactly (the jitter
+   above 20 ms is overhead), at P50 and P99.
+
+Both sides share this machine's cores, so the figures are an upper bound on the client's cost.
+All traffic stays on loopback; every run is bounded in requests.
+
+    .venv/bin/python benchmarks/loadgen_overhead.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from labkit import loadgen
+from labkit.serve import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_server(step_ms: float) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "labkit.fakeserver", "--port", str(port), "--step-ms", str(step_ms)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc.stdout.readline()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(f"{url}/health", timeout=1.0)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    return proc, url
+
+
+async def bare_ingest(url: str, n: int, c: int, tokens: int) -> float:
+    """Bytes-only client: bytes streamed per second, converted to tokens via the chunk count."""
+    body = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "max_tokens": tokens,
+            "stream": True}
+    total = 0
+    async with httpx.AsyncClient(timeout=60) as client:
+        queue = list(range(n))
+
+        async def worker() -> None:
+            nonlocal total
+            while queue:
+                queue.pop()
+                async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                    async for _ in r.aiter_bytes():
+                        pass
+                total += tokens
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(c)))
+        return total / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests (about 20 s)")
+    ap.add_argument("--out", default=str(ROOT / "build" / "bench" / "loadgen_overhead.json"))
+    a = ap.parse_args()
+    tokens = 128 if a.quick else 256
+    levels = (1, 8, 32)
+    result: dict = {"ingest": [], "latency": []}
+
+    proc, url = start_server(0.0)
+    try:
+        for c in levels:
+            n = max(8, 2 * c) if a.quick else max(16, 4 * c)
+            s = loadgen.run(url, n, c, model="fake", max_tokens=tokens, progress=False, warmup=1)
+            bare = asyncio.run(bare_ingest(url, n, c, tokens))
+            row = {"concurrency": c, "requests": n, "tokens_per_request": tokens,
+                   "labkit_tok_s": s["output_throughput"], "bare_httpx_tok_s": bare,
+                   "ratio": s["output_throughput"] / bare, "ok": s["completed"]}
+            result["ingest"].append(row)
+            print(f"ingest  c={c:<3} labkit {row['labkit_tok_s']:8.0f} tok/s   bare httpx {bare:8.0f} tok/s  "
+                  f" ratio {row['ratio']:.2f}  ({n} requests x {tokens} tokens, {s['completed']} ok)",
+                  flush=True)
+        for c in levels:
+            n = max(8, 2 * c) if a.quick else max(20, 4 * c)
+            s = loadgen.run(url, n, c, model="fake", max_tokens=2, progress=False, warmup=1)
+            result["latency"].append({"what": "TTFT, instant server", "concurrency": c, "n": s["n_ttft"],
+                                      "p50_ms": s["p50_ttft_ms"], "p99_ms": s["p99_ttft_ms"]})
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    step = 20.0
+    proc, url = start_server(step)
+    try:
+        for c in levels:
+            n = max(4, c) if a.quick else max(8, 2 * c)
+            s = loadgen.run(url, n, c, model="fake", max_tokens=16, progress=False, warmup=1)
+            result["latency"].append({"what": f"ITL - {step:g} ms, paced server", "concurrency": c,
+                                      "n": s["n_itl"], "p50_ms": s["p50_itl_ms"] - step,
+                                      "p99_ms": s["p99_itl_ms"] - step})
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    for r in result["latency"]:
+        print(f"latency c={r['concurrency']:<3} {r['what']:<28} P50 {r['p50_ms']:6.2f} ms   "
+              f"P99 {r['p99_ms']:6.2f} ms   over {r['n']}")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

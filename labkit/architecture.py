@@ -147,7 +147,8 @@ def summary(config: dict[str, Any]) -> dict[str, Any]:
         "layers": c["num_hidden_layers"],
         "heads": c["num_attention_heads"],
         "kv_heads": c.get("num_key_value_heads") or c["num_attention_heads"],
-        "head_dim": c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+        "head_dim": (c["qk_nope_head_dim"] + c["qk_rope_head_dim"] if c.get("kv_lora_rank")
+                     else c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]),
         "vocab_size": c["vocab_size"],
         "experts": n_routed,
         "experts_per_token": top_k,

@@ -198,25 +198,45 @@ def generate(
     return {"tokens": new, "prefill_s": times[0], "step_s": times[1:]}
 
 
+def crop(cache: Cache, n: int) -> Cache:
+    """The first ``n`` tokens of a cache (views of its tensors: nothing is copied or changed)."""
+    return [(k[:, :, :n], v[:, :, :n]) for k, v in cache]
+
+
 @torch.no_grad()
 def decode_step_seconds(
-    w: Weights, cfg: Config, context: torch.Tensor, use_cache: bool, steps: int = 3
+    w: Weights,
+    cfg: Config,
+    tokens: torch.Tensor,
+    start: int,
+    use_cache: bool,
+    steps: int = 3,
+    prefilled: Cache | None = None,
 ) -> list[float]:
-    """Seconds per decode step right after a ``context`` of ``(1, n)`` tokens, for ``steps`` steps.
-    With a cache the context is prefilled first (not timed) and each step feeds one token;
-    without, each step recomputes keys and values for the whole sequence."""
-    device = context.device
-    cache: Cache | None = [] if use_cache else None
-    seq = context
-    if cache is not None:
-        seq = torch.cat([seq, greedy(forward(w, cfg, seq, cache))], dim=1)
-    out = []
-    for _ in range(steps):
-        feed = seq[:, -1:] if cache is not None else seq
+    """Seconds of each of ``steps`` decode steps that read ``tokens[:, start:start + steps]`` one
+    at a time, each predicting the next token from everything before it (``tokens``: ``(1, n)``).
+
+    With a cache, each step feeds one token; the first ``start`` tokens are put in the cache
+    beforehand, untimed (cropped from ``prefilled`` when it holds at least that many, which saves
+    re-running the prefill for every length of a sweep). Without a cache, each step re-runs the
+    whole prefix, recomputing every key and value.
+    """
+    if tokens.shape[1] < start + steps:
+        raise ValueError(f"need at least start + steps = {start + steps} tokens, got {tokens.shape[1]}")
+    cache: Cache | None = None
+    if use_cache:
+        if prefilled is not None and cache_len(prefilled) >= start:
+            cache = crop(prefilled, start)
+        else:
+            cache = []
+            if start:
+                forward(w, cfg, tokens[:, :start], cache)
+    device, out = tokens.device, []
+    for i in range(start, start + steps):
+        feed = tokens[:, i:i + 1] if cache is not None else tokens[:, :i + 1]
         synchronize(str(device))
         t0 = time.perf_counter()
-        nxt = greedy(forward(w, cfg, feed, cache))
+        greedy(forward(w, cfg, feed, cache))
         synchronize(str(device))
         out.append(time.perf_counter() - t0)
-        seq = torch.cat([seq, nxt], dim=1)
     return out

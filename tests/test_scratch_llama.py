@@ -49,7 +49,27 @@ def test_generate_with_and_without_cache_agree(tmp_path):
     prompt = torch.tensor([[5, 17, 3]])
     a, b = sl.generate(w, cfg, prompt, 6, use_cache=True), sl.generate(w, cfg, prompt, 6, use_cache=False)
     assert a["tokens"] == b["tokens"] and len(a["step_s"]) == 5
-    assert len(sl.decode_step_seconds(w, cfg, prompt, use_cache=True, steps=2)) == 2
+
+
+def test_decode_step_seconds_reuses_a_cropped_cache(tmp_path):
+    _tiny(tmp_path, "llama")
+    w, cfg = sl.load(tmp_path)
+    tokens = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(2))
+    long_cache = []
+    sl.forward(w, cfg, tokens[:, :10], long_cache)
+    short = sl.crop(long_cache, 4)
+    assert sl.cache_len(short) == 4 and sl.cache_len(long_cache) == 10
+    with torch.no_grad():  # a cropped cache continues exactly like a fresh one
+        fresh = []
+        sl.forward(w, cfg, tokens[:, :4], fresh)
+        nxt = tokens[:, 4:5]
+        assert torch.allclose(sl.forward(w, cfg, nxt, short), sl.forward(w, cfg, nxt, fresh), atol=1e-5)
+    assert sl.cache_len(long_cache) == 10  # the crop left the original alone
+    for use_cache in (True, False):
+        times = sl.decode_step_seconds(w, cfg, tokens, 8, use_cache, steps=3, prefilled=long_cache)
+        assert len(times) == 3 and all(t > 0 for t in times)
+    with pytest.raises(ValueError, match="at least"):
+        sl.decode_step_seconds(w, cfg, tokens, 11, True, steps=3)
 
 
 def test_rope_keeps_norms_and_rejects_scaled_rope():

@@ -1,0 +1,160 @@
+"""Inference engines side by side (chapter 05, "The inference software stack").
+
+:data:`ENGINES` is a short reference of the engines the tutorial names (and the local ones the lab
+uses) with where each runs; :func:`available_here` says which of them this machine can run now.
+:func:`compare` puts measured load-generator summaries of several engines in one table:
+single-stream decode speed (tokens/s a user sees) and aggregate throughput (tokens/s the
+machine produces for everyone). Measuring is :mod:`labkit.loadgen`'s job; serving is
+:mod:`labkit.serve`'s.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+#: Where each engine runs (✓ supported, ~ partial or experimental, ✗ no), as documented by each
+#: project; "formats" are the weight formats it loads directly.
+ENGINES: list[dict[str, str]] = [
+    {"engine": "vLLM", "nvidia": "✓", "amd": "✓", "apple": "~ CPU only", "x86_cpu": "✓",
+     "formats": "safetensors (HF), GGUF (partial)",
+     "strength": "widest model support, PagedAttention, the largest community"},
+    {"engine": "SGLang", "nvidia": "✓", "amd": "✓", "apple": "✗", "x86_cpu": "~ Xeon",
+     "formats": "safetensors (HF)",
+     "strength": "RadixAttention prefix cache, strong on MoE and structured output"},
+    {"engine": "TensorRT-LLM", "nvidia": "✓", "amd": "✗", "apple": "✗", "x86_cpu": "✗",
+     "formats": "compiled engines built from HF checkpoints",
+     "strength": "highest raw throughput on NVIDIA, more setup"},
+    {"engine": "llama.cpp", "nvidia": "✓", "amd": "✓", "apple": "✓ Metal", "x86_cpu": "✓",
+     "formats": "GGUF", "strength": "runs anywhere, many quantization types"},
+    {"engine": "Ollama", "nvidia": "✓", "amd": "✓", "apple": "✓ Metal", "x86_cpu": "✓",
+     "formats": "GGUF (via llama.cpp)", "strength": "one-command local serving"},
+    {"engine": "transformers", "nvidia": "✓", "amd": "✓", "apple": "✓ MPS", "x86_cpu": "✓",
+     "formats": "safetensors (HF), GGUF (dequantized)",
+     "strength": "reference implementation; generate() batches only what it is handed"},
+]
+
+
+def available_here() -> dict[str, str]:
+    """Engine name -> what this machine can do with it right now, in words (nothing is started)."""
+    from .serve import unavailable_reason, vllm_available
+    from .streaming import ollama_available
+
+    def has(module: str) -> bool:
+        return importlib.util.find_spec(module) is not None
+
+    cuda = False
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        pass
+    out = {"vLLM": "runs here (CPU build, .venv-vllm)" if vllm_available()
+           else f"not here: {unavailable_reason()}"}
+    out["SGLang"] = "installed" if has("sglang") else "not installed (needs a GPU or a Xeon CPU build)"
+    if has("tensorrt_llm") and cuda:
+        out["TensorRT-LLM"] = "installed, NVIDIA GPU present"
+    else:
+        out["TensorRT-LLM"] = "not here: NVIDIA GPUs only" if not cuda else "not installed"
+    out["llama.cpp"] = ("installed (llama-cpp-python)" if has("llama_cpp")
+                        else "not installed (build from source)")
+    out["Ollama"] = "server answering" if ollama_available() else "no server running"
+    out["transformers"] = f"runs here ({platform.machine()})"
+    return out
+
+
+def compare(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run: ``rows`` maps a label ("vLLM, concurrency 8") to a summary from
+    :func:`labkit.metrics.summarize` (or :mod:`labkit.loadgen`). Each row has ``run``,
+    ``concurrency``, ``requests``, ``single_stream_tps`` (mean decode tokens/s of one request
+    after its first token), ``aggregate_tps`` (all output tokens ÷ wall seconds of the run),
+    ``median_ttft_ms`` and ``duration_s``."""
+    out = []
+    for label, s in rows.items():
+        out.append({"run": label, "concurrency": s.get("concurrency", s.get("max_concurrency")),
+                    "requests": s["completed"], "single_stream_tps": s["mean_tps"],
+                    "aggregate_tps": s["output_throughput"], "median_ttft_ms": s["median_ttft_ms"],
+                    "duration_s": s["duration"]})
+    return out
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """Text table of :func:`compare`'s rows."""
+    lines = [f"{'run':<34}{'conc.':>6}{'reqs':>6}{'stream tok/s':>14}{'aggregate tok/s':>17}{'TTFT ms':>9}"]
+    for r in rows:
+        conc = "-" if r["concurrency"] is None else str(r["concurrency"])
+        lines.append(f"{r['run']:<34}{conc:>6}{r['requests']:>6}{r['single_stream_tps']:>14.1f}"
+                     f"{r['aggregate_tps']:>17.1f}{r['median_ttft_ms']:>9.0f}")
+    return "\n".join(lines)
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def short_prompts(n: int = 8) -> list[str]:
+    """The first ``n`` short questions of the shipped prompt set (``data/prompts/mixed.jsonl``):
+    the same workload for every engine, with short prompts so decode dominates."""
+    from .loadgen import load_prompts
+
+    short = [p["prompt"] for p in load_prompts() if p.get("kind") == "short"]
+    if not short:
+        raise ValueError("the shipped prompt set has no 'short' prompts")
+    return (short * (n // len(short) + 1))[:n]
+
+
+def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
+                         prompts: Sequence[str] | None = None, max_tokens: int = 32) -> dict[str, Any]:
+    """transformers ``generate``, one request after another (it has no scheduler to batch
+    requests that arrive separately), through :func:`labkit.loadgen.run` with exactly
+    ``max_tokens`` tokens per request. A load-generator summary (``mean_tps``,
+    ``output_throughput`` in tokens/s, ``median_ttft_ms``...)."""
+    from .loadgen import run
+    from .streaming import transformers_backend
+
+    backend = transformers_backend(model, tokenizer, ignore_eos=True)
+    return run(backend, n_requests, 1, prompts=list(prompts or short_prompts(n_requests)),
+               max_tokens=max_tokens, warmup=1, progress=False)
+
+
+def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
+                   n_requests: dict[int, int] | None = None, prompts: Sequence[str] | None = None,
+                   max_tokens: int = 32) -> dict[int, dict[str, Any]]:
+    """Closed-loop runs of :func:`labkit.loadgen.run` against an OpenAI-compatible server at each
+    concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
+    concurrency -> requests (default ``max(4, 2 × concurrency)``). One warm-up request before the
+    first run. Returns concurrency -> summary."""
+    from .loadgen import run
+
+    out = {}
+    for i, c in enumerate(concurrencies):
+        n = (n_requests or {}).get(c, max(4, 2 * c))
+        out[c] = run(url, n, c, model=model, prompts=list(prompts or short_prompts(n)), max_tokens=max_tokens,
+                     ignore_eos=True, warmup=1 if i == 0 else 0, progress=False, check=(i == 0))
+    return out
+
+
+def measure_vllm(concurrencies: Sequence[int] = (1, 8), n_requests: dict[int, int] | None = None,
+                 prompts: Sequence[str] | None = None, max_tokens: int = 32,
+                 **server_kwargs: Any) -> tuple[dict[int, dict[str, Any]], float]:
+    """Start the vLLM CPU server (:func:`labkit.serve.start_vllm`, the bundled model in bf16 by
+    default), run :func:`measure_server`, stop it. Returns (concurrency -> summary, seconds the
+    server took to become ready). ``RuntimeError`` saying why when vLLM cannot run here."""
+    from .serve import start_vllm, stop
+
+    server = start_vllm(**server_kwargs)
+    try:
+        return measure_server(server.url, server.model, concurrencies, n_requests, prompts, max_tokens), \
+            server.startup_s
+    finally:
+        stop(server)
+
+
+def vllm_required() -> bool:
+    """Whether a chapter must not skip its vLLM cells: on Linux x86_64 under CI (``$CI`` set,
+    as GitHub Actions, GitLab and most CI systems do), where ``make test`` installs vLLM first."""
+    return (platform.system() == "Linux" and platform.machine() == "x86_64"
+            and os.environ.get("CI", "").lower() not in ("", "0", "false"))

@@ -115,20 +115,26 @@ def transcribe(model, audio: np.ndarray, beam_size: int = 1, **options) -> dict[
     CPU time of this process, all threads), ``rtf`` (wall_s / audio_s), ``x_realtime`` and
     ``segments``. ``options`` override :data:`CLEAN` (e.g. ``language=None`` to detect it).
     """
-    opts = {**CLEAN, **options}
-    audio_s = len(audio) / SAMPLE_RATE
+    r = _timed(lambda: model.transcribe(audio, beam_size=beam_size, **{**CLEAN, **options}), audio)
+    r["rtf"] = rtf(r["wall_s"], r["audio_s"])
+    return r
+
+
+def _timed(call, audio: np.ndarray) -> dict[str, Any]:
+    """Run a faster-whisper ``transcribe`` call and consume its lazy segment generator, timing both."""
     t0, c0 = time.perf_counter(), time.process_time()
-    segments, info = model.transcribe(audio, beam_size=beam_size, **opts)
+    segments, info = call()
     call_s = time.perf_counter() - t0
     segments = list(segments)  # the decoding happens here
     wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    audio_s = len(audio) / SAMPLE_RATE
+    text = " ".join(s.text.strip() for s in segments).strip()
     return dict(
-        text=" ".join(s.text.strip() for s in segments).strip(),
+        text=text,
         audio_s=audio_s,
         call_s=call_s,
         wall_s=wall_s,
         cpu_s=cpu_s,
-        rtf=rtf(wall_s, audio_s),
         x_realtime=audio_s / wall_s,
         language=info.language,
         segments=segments,
@@ -165,28 +171,21 @@ def batch_transcribe(
 ) -> dict[str, Any]:
     """The same fixed chunks as :func:`stream`, transcribed through faster-whisper's
     ``BatchedInferencePipeline`` (``batch_size`` windows per encoder/decoder call). Returns
-    ``text, audio_s, wall_s, cpu_s, x_realtime, chunks``."""
+    :func:`transcribe`'s fields (without ``rtf``) and ``chunks``."""
     from faster_whisper import BatchedInferencePipeline
 
     opts = {**CLEAN, **options}
     opts.pop("condition_on_previous_text", None)
     clips = [{"start": a, "end": b} for a, b in chunks(audio, chunk_s)]
     pipe = BatchedInferencePipeline(model)
-    audio_s = len(audio) / SAMPLE_RATE
-    t0, c0 = time.perf_counter(), time.process_time()
-    segments, _ = pipe.transcribe(
-        audio, beam_size=beam_size, batch_size=batch_size, clip_timestamps=clips, vad_filter=False, **opts
+    r = _timed(
+        lambda: pipe.transcribe(
+            audio, beam_size=beam_size, batch_size=batch_size, clip_timestamps=clips, vad_filter=False, **opts
+        ),
+        audio,
     )
-    segments = list(segments)
-    wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    return dict(
-        text=" ".join(s.text.strip() for s in segments).strip(),
-        audio_s=audio_s,
-        wall_s=wall_s,
-        cpu_s=cpu_s,
-        x_realtime=audio_s / wall_s,
-        chunks=len(clips),
-    )
+    r["chunks"] = len(clips)
+    return r
 
 
 def hour_seconds(x_realtime: float) -> float:

@@ -95,7 +95,7 @@ CHAIN_OPS = 11  # operations (eager kernels) in elementwise_chain; each reads an
 
 
 def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
-                  fn: Callable = elementwise_chain) -> dict:
+                  fn: Callable = elementwise_chain, backend: str = "inductor") -> dict:
     """Eager vs ``torch.compile`` on an elementwise chain, compile time reported apart.
 
     The first call of the compiled function traces, generates and compiles code (C++ via the
@@ -106,11 +106,12 @@ def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
     tensor at least once), ``"fused_bytes"`` (one read of ``x``, one write), ``"cache_hits"``
     (inductor FX-graph cache hits during compilation: > 0 means an earlier run's compiled code
     was reused and compile time is the warm figure) and ``"times"``.
+    ``backend``: passed to ``torch.compile`` ("eager" only traces, generating no code: for tests).
     """
     import torch
 
     x = torch.randn(numel, device=device)
-    compiled = torch.compile(fn)
+    compiled = torch.compile(fn, backend=backend)
     try:
         from torch._dynamo.utils import counters
 

@@ -35,9 +35,10 @@ def test_chain_ops_matches_the_traced_graph():
     assert len(ops) == fusion.CHAIN_OPS
 
 
-@pytest.mark.slow
 def test_compile_chain_matches_eager_and_times_compile_apart():
-    r = fusion.compile_chain(numel=4096, repeats=2, fn=lambda x: torch.relu(x * 2 + 1))
+    # the "eager" backend traces with dynamo but generates no code: the plumbing, in seconds
+    # (the chapter 05 notebook runs the real Inductor compile)
+    r = fusion.compile_chain(numel=4096, repeats=2, fn=lambda x: torch.relu(x * 2 + 1), backend="eager")
     assert r["max_abs_diff"] < 1e-5
     assert r["compile_s"] > 0 and r["eager_s"] > 0 and r["compiled_s"] > 0
     assert r["fused_bytes"] == 2 * 4096 * 4

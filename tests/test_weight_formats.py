@@ -77,21 +77,32 @@ def test_q4_1_block_by_hand_matches_gguf_library():
         wf.dequantize_q4_1_block(b"\x00" * 19)
 
 
-@pytest.mark.slow
-def test_bundled_gguf_summary():
+def test_gguf_summary_and_blocks_of_a_written_file(tmp_path):
     import gguf
 
-    from labkit.models import gguf_path
-
-    s = wf.gguf_summary(gguf_path())
-    assert s["types"]["Q4_1"]["tensors"] == 210 and s["types"]["Q8_0"]["tensors"] == 1
-    assert s["types"]["Q4_1"]["bits_per_weight"] == 5.0 and s["types"]["Q8_0"]["bits_per_weight"] == 8.5
-    assert s["params"] == 134_515_008
-    assert s["metadata"]["general.architecture"] == "llama"
-    t = wf.gguf_tensor(gguf_path())
-    first_block = t.data[0, :20]
-    np.testing.assert_allclose(wf.dequantize_q4_1_block(first_block),
-                               gguf.quants.dequantize(first_block, t.tensor_type), rtol=1e-6)
+    path = tmp_path / "tiny.gguf"
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    q = gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q4_1)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_tensor("blk.0.ffn_down.weight", q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+    w.add_tensor("output_norm.weight", np.ones(64, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    s = wf.gguf_summary(path)
+    assert s["types"]["Q4_1"] == {"tensors": 1, "params": 256, "bytes": 8 * 20, "block_size": 32,
+                                  "block_bytes": 20, "bits_per_weight": 5.0}
+    assert s["types"]["F32"]["bits_per_weight"] == 32.0 and s["params"] == 320
+    assert s["metadata"] == {"general.architecture": "llama", "llama.block_count": 2}
+    t = wf.gguf_tensor(path, "blk.0.ffn_down.weight")
+    by_hand = np.concatenate([wf.dequantize_q4_1_block(t.data[r, 20 * b:20 * (b + 1)])
+                              for r in range(4) for b in range(2)])
+    np.testing.assert_allclose(by_hand, gguf.quants.dequantize(t.data, t.tensor_type).reshape(-1), rtol=1e-6)
+    assert np.abs(by_hand.reshape(4, 64) - x).max() < 0.3  # 4-bit codes: coarse but close
+    with pytest.raises(KeyError):
+        wf.gguf_tensor(path, "missing")
 
 
 def test_disassembly_shows_the_call_without_running_it(tmp_path):

@@ -20,12 +20,11 @@ import collections
 import functools
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from .fusion import interleaved_times
 
 # --- safetensors -------------------------------------------------------------------------------
 
@@ -70,10 +69,11 @@ def time_loads(safetensors_path: str | Path, pickle_path: str | Path, repeats: i
     """Load the same weights several ways, interleaved, each repetition in turn.
 
     For each way, ``{"open_s": median seconds until the call returns, "ready_s": median seconds
-    until every page of every tensor has been read}``. Ways: ``safetensors`` (``load_file``,
-    memory-mapped), ``safetensors one tensor`` (``safe_open`` + one ``get_tensor``: what a
-    loader that shards or streams weights pays up front), ``torch.load`` (``weights_only=True``,
-    reads everything) and ``torch.load mmap`` (``weights_only=True, mmap=True``).
+    until every page of every tensor has been read}``, both from the same runs. Ways:
+    ``safetensors`` (``load_file``, memory-mapped), ``safetensors one tensor`` (``safe_open`` +
+    one ``get_tensor``: what a loader that shards or streams weights pays up front),
+    ``torch.load`` (``weights_only=True``, reads everything) and ``torch.load mmap``
+    (``weights_only=True, mmap=True``).
     Files are read through the OS page cache: a first, cold read from disk is slower for all.
     """
     import torch
@@ -94,10 +94,20 @@ def time_loads(safetensors_path: str | Path, pickle_path: str | Path, repeats: i
         "torch.load": lambda: torch.load(pt, weights_only=True),
         "torch.load mmap": lambda: torch.load(pt, weights_only=True, mmap=True),
     }
-    open_t = interleaved_times(ways, repeats=repeats)
-    ready_t = interleaved_times({k: (lambda fn=fn: touch_pages(fn())) for k, fn in ways.items()},
-                                repeats=repeats)
-    return {k: {"open_s": float(np.median(open_t[k])), "ready_s": float(np.median(ready_t[k]))} for k in ways}
+    for warm in ("safetensors", "torch.load"):  # warm-up: both files in the page cache
+        touch_pages(ways[warm]())
+    times: dict[str, dict[str, list[float]]] = {k: {"open_s": [], "ready_s": []} for k in ways}
+    for _ in range(repeats):  # interleaved: each repetition loads every way once, in turn
+        for name, fn in ways.items():
+            t0 = time.perf_counter()
+            sd = fn()
+            t1 = time.perf_counter()
+            touch_pages(sd)
+            t2 = time.perf_counter()
+            del sd
+            times[name]["open_s"].append(t1 - t0)
+            times[name]["ready_s"].append(t2 - t0)
+    return {k: {m: float(np.median(v)) for m, v in t.items()} for k, t in times.items()}
 
 
 # --- the pickle hazard -------------------------------------------------------------------------

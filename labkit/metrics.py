@@ -141,7 +141,9 @@ def summarize(
     ``total_token_throughput``, ``request_goodput`` (req/s meeting every ``slo`` limit, None without
     SLOs), ``mean_/median_/std_/p50_/p90_/p99_`` + ``ttft|tpot|itl|e2el`` + ``_ms``, and
     ``n_ttft``/``n_tpot``/``n_itl``/``n_e2el``: how many values each figure is over (TPOT leaves
-    out one-token outputs; ITL counts gaps, not requests). Also ``mean_tps`` and the per-chunk ITL
+    out one-token outputs; ITL counts gaps, not requests). Also the per-stream decode speed
+    ``median_tps`` (1 / median TPOT, tokens/s; robust) and ``mean_tps`` (mean of per-request
+    1/TPOT: one stalled request whose tokens arrive in a burst inflates it), and the per-chunk ITL
     vLLM reports (``*_chunk_itl_ms``) to show the multi-token-chunk trap. Throughput counts only
     completed requests, as vLLM does; failures are counted, never dropped.
     """
@@ -184,6 +186,7 @@ def summarize(
         for key, v in st.items():
             s[f"{key}_{name}_ms"] = v * 1000.0
     s["mean_tps"] = stats(m["tps"] for m in per)["mean"]
+    s["median_tps"] = 1000.0 / s["median_tpot_ms"] if s["median_tpot_ms"] > 0 else NAN
     return s
 
 
@@ -200,7 +203,7 @@ def format_report(s: dict[str, Any], title: str = "") -> str:
         lines.append(f"{label:<12} " + " ".join(f"{v:9.1f}" for v in row) + f"   {s[f'n_{name}']} {unit}")
     lines.append(
         f"throughput   {s['output_throughput']:.1f} output tok/s aggregate, "
-        f"{s['request_throughput']:.2f} req/s, {s['mean_tps']:.1f} tok/s per stream (1/TPOT)"
+        f"{s['request_throughput']:.2f} req/s, {s['median_tps']:.1f} tok/s per stream (1/median TPOT)"
     )
     if s.get("request_goodput") is not None:
         lines.append(f"goodput      {s['request_goodput']:.2f} req/s meeting {s['slo']}")

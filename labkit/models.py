@@ -171,6 +171,19 @@ def llm_source(name: str | None = None, dtype: str | None = None) -> str:
     return name
 
 
+def weights_dir(name: str | None = None, dtype: str = "float32") -> Path:
+    """Folder holding the profile's LLM as ``config.json`` + ``*.safetensors``, for code that reads
+    the weights itself (chapter 03's from-scratch forward pass): the cached folder of a bundled
+    model, or the hub checkpoint (downloaded once, safetensors and JSON files only)."""
+    name = name or profile().llm
+    _check_llm_name(name)
+    if name in LOCAL_LLMS:
+        return llm_dir(dtype if dtype in LLM_DTYPES else "float32", name)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors"]))
+
+
 def load_tokenizer(name: str | None = None):
     """The tokenizer of the profile's LLM (or of ``name``)."""
     from transformers import AutoTokenizer

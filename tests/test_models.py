@@ -100,3 +100,9 @@ def test_load_llm_greedy_is_deterministic():
         a = model.generate(**ids, max_new_tokens=5, do_sample=False)
         b = model.generate(**ids, max_new_tokens=5, do_sample=False)
     assert torch.equal(a, b) and a.shape[1] == ids["input_ids"].shape[1] + 5
+
+
+def test_weights_dir_of_the_bundled_model():
+    folder = models.weights_dir("smollm2-135m")
+    assert folder == models.llm_dir("float32")
+    assert (folder / "config.json").exists() and (folder / "model.safetensors").exists()

@@ -24,6 +24,7 @@ help:
 	@echo "make lab-<chapter>  run one chapter headless and print its checks, e.g. make lab-setup"
 	@echo "                    chapters: $$(sed -n 's/^ *\"\([a-z]*\)\": \"[0-9].*/\1/p' labkit/chapters.py | tr '\n' ' ')"
 	@echo "make doctor         describe and measure this machine"
+	@echo "make serve          the bundled model behind vLLM's OpenAI API on 127.0.0.1:8000 (Linux x86_64)"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"
 
 $(STAMP): pyproject.toml

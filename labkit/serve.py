@@ -264,9 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     print(" ".join(f"{k}={v}" for k, v in shown.items()), " ".join(cmd), flush=True)
     print(f"OpenAI API at http://127.0.0.1:{a.port}/v1 (model {SERVED_NAME!r}) once /health answers; "
           "Ctrl-C stops it", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        return subprocess.call(cmd, env=env)
-    return 0
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C: vLLM shuts down cleanly on SIGTERM
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 0
 
 
 if __name__ == "__main__":

@@ -5,23 +5,16 @@ and labkit's client-side TTFT/E2E checked against vLLM's own server-side histogr
 Skipped where vLLM cannot run (not Linux x86_64, or no ``make serve-setup``), except on CI on Linux
 x86_64, where the Makefile installs it and a missing server is a failure."""
 
-import os
-import platform
-
 import pytest
 
 from labkit import loadgen, serve, streaming
-
-
-def _required() -> bool:
-    ci = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-    return ci and platform.system() == "Linux" and platform.machine() == "x86_64"
+from labkit.engines import vllm_required
 
 
 @pytest.fixture(scope="session")
 def vllm_url():
     if not serve.vllm_available():
-        if _required():
+        if vllm_required():
             pytest.fail(f"vLLM is required on CI on Linux x86_64: {serve.unavailable_reason()}")
         pytest.skip(serve.unavailable_reason())
     server = serve.start_vllm(ready_timeout_s=300)

@@ -1,0 +1,140 @@
+"""labkit.diffusion / labkit.digits: UNet-evaluation accounting, the CFG cutoff, the pipeline loader
+and the shipped digits pipeline (chapter 07)."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from labkit import diffusion, digits
+
+
+@pytest.mark.parametrize(
+    ("steps", "guidance", "fraction", "expected"),
+    [
+        (50, 7.5, 1.0, 100),
+        (50, 7.5, 0.8, 90),
+        (50, 7.5, 0.6, 80),
+        (50, 1.0, 0.8, 50),
+        (4, 0.0, 1.0, 4),
+        (25, 5.0, 0.0, 25),
+        (10, 5.0, 0.84, 18),
+    ],
+)
+def test_unet_evaluations(steps, guidance, fraction, expected):
+    assert diffusion.unet_evaluations(steps, guidance, fraction) == expected
+
+
+def test_cutoff_at_80_percent_is_ninety_percent_of_full_cfg():
+    for steps in (10, 25, 30, 50):
+        assert diffusion.unet_evaluations(steps, 5, 0.8) == pytest.approx(
+            0.9 * diffusion.unet_evaluations(steps, 5)
+        )
+    with pytest.raises(ValueError):
+        diffusion.unet_evaluations(0, 5)
+
+
+def test_unknown_names_get_a_clear_error():
+    with pytest.raises(ValueError, match="digits-sdxl"):
+        diffusion.pipeline_source("sdxl")
+    assert diffusion.pipeline_source("stabilityai/sdxl-turbo") == ("stabilityai/sdxl-turbo", False)
+
+
+class FakePipe:
+    """Stands in for StableDiffusionXLPipeline.from_pretrained to check what the loader asks for."""
+
+    calls: list = []
+
+    def __init__(self, force_upcast=True):
+        self.vae = SimpleNamespace(config=SimpleNamespace(force_upcast=force_upcast))
+        self.sliced = False
+
+    @classmethod
+    def from_pretrained(cls, source, **kwargs):
+        cls.calls.append((source, kwargs))
+        return cls()
+
+    def to(self, device):
+        self.device = device
+        return self
+
+    def enable_attention_slicing(self):
+        self.sliced = True
+
+    def set_progress_bar_config(self, **kwargs):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "variant"),
+    [("cuda", torch.float16, "fp16"), ("mps", torch.float16, "fp16"), ("cpu", torch.float32, None)],
+)
+def test_loader_picks_dtype_and_variant_per_device(monkeypatch, device, dtype, variant):
+    import diffusers
+
+    import labkit.hardware
+
+    monkeypatch.setattr(diffusers, "StableDiffusionXLPipeline", FakePipe)
+    monkeypatch.setattr(labkit.hardware, "resolve_device", lambda pref: pref)
+    monkeypatch.setattr(labkit.hardware, "synchronize", lambda dev: None)
+    FakePipe.calls = []
+    pipe, info = diffusion.load_pipeline(
+        "stabilityai/stable-diffusion-xl-base-1.0", device=device, attention_slicing=True
+    )
+    source, kwargs = FakePipe.calls[0]
+    assert source == "stabilityai/stable-diffusion-xl-base-1.0"
+    assert kwargs["dtype"] == dtype and kwargs.get("variant") == variant and kwargs["use_safetensors"]
+    assert pipe.device == device and info["device"] == device
+    assert pipe.sliced == (device == "mps")  # slicing is an MPS memory option only
+    if device != "cpu":
+        assert any("upcast" in n for n in info["notes"])
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    torch.set_num_threads(1)
+    p, info = diffusion.load_pipeline("digits-sdxl", device="cpu")
+    assert info["dtype"] == "float32"
+    return p
+
+
+def test_shipped_pipeline_is_small_safetensors_only():
+    files = [f for f in digits.DIGITS_DIR.rglob("*") if f.is_file()]
+    assert sum(f.stat().st_size for f in files) < 12e6
+    assert not [f for f in files if f.suffix in (".bin", ".pkl", ".pt", ".pth", ".ckpt")]
+    index = json.loads((digits.DIGITS_DIR / "model_index.json").read_text())
+    assert index["_class_name"] == "StableDiffusionXLPipeline"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fraction", [1.0, 0.8, 0.5])
+def test_counted_evaluations_match_the_formula_with_a_batch(pipe, fraction):
+    prompts = [digits.prompt(d) for d in (3, 7, 1)]
+    r = diffusion.generate(pipe, prompts, steps=10, guidance_scale=5.0, cfg_fraction=fraction)
+    assert (
+        r["unet_evals_per_image"]
+        == r["expected_evals_per_image"]
+        == diffusion.unet_evaluations(10, 5.0, fraction)
+    )
+    assert r["unet_calls"] == 10  # CFG halves are batched into one call per step
+    assert len(r["images"]) == 3 and r["images"][0].size == (digits.SIZE, digits.SIZE)
+    assert pipe.guidance_scale == (0.0 if fraction < 1 else 5.0)
+
+
+@pytest.mark.slow
+def test_same_seed_same_images(pipe):
+    a = diffusion.generate(pipe, [digits.prompt(2)], steps=4, guidance_scale=3.0, seed=1)["images"]
+    b = diffusion.generate(pipe, [digits.prompt(2)], steps=4, guidance_scale=3.0, seed=1)["images"]
+    assert np.array_equal(np.asarray(a[0]), np.asarray(b[0]))
+
+
+def test_classifier_reads_real_digits():
+    x, y = digits.load_digits()
+    assert x.shape == (1797, digits.SIZE, digits.SIZE) and x.min() >= -1 and x.max() <= 1
+    pil_like = (x[:200] + 1) / 2  # the [0, 1] range a pipeline returns
+    assert digits.accuracy(pil_like[:, None], y[:200]) > 0.95
+    with pytest.raises(ValueError):
+        digits.accuracy(pil_like[:3, None], [1, 2])
+    assert digits.prompt(7) == "a handwritten digit seven"

@@ -24,7 +24,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
         dev = info["device"]
         bw = microbench.memory_bandwidth(dev)
-        print(f"bandwidth     {bw['gbps']:.1f} GB/s measured ({bw['bytes'] / 1e6:.0f} MB read + written per copy)")
+        moved = bw["bytes"] / 1e6
+        print(f"bandwidth     {bw['gbps']:.1f} GB/s measured ({moved:.0f} MB read + written per copy)")
         for dtype in microbench.matmul_dtypes(dev):
             r = microbench.matmul_tflops(dev, dtype=dtype)
             print(f"matmul {dtype:<8} {r['tflops']:.3f} TFLOPS measured (n={r['n']})")

@@ -67,6 +67,13 @@ def vllm_available() -> bool:
     return py.exists() and (VLLM_VENV / ".installed").exists()
 
 
+def vllm_required() -> bool:
+    """Whether a chapter must not skip its vLLM cells: on Linux x86_64 under CI (``$CI`` set,
+    as GitHub Actions, GitLab and most CI systems do), where ``make test`` installs vLLM first."""
+    return (platform.system() == "Linux" and platform.machine() == "x86_64"
+            and os.environ.get("CI", "").lower() not in ("", "0", "false"))
+
+
 def unavailable_reason() -> str:
     """Why :func:`vllm_available` is False, and what to do."""
     if platform.system() != "Linux" or platform.machine() != "x86_64":

@@ -2,7 +2,7 @@ import platform
 
 import pytest
 
-from labkit import engines
+from labkit import engines, serve
 from labkit.fakeserver import fake_server
 
 
@@ -31,18 +31,18 @@ def test_measure_server_against_a_batching_fake_server():
     rows = engines.compare({"fake, concurrency 1": runs[1], "fake, concurrency 8": runs[8]})
     assert [r["concurrency"] for r in rows] == [1, 8]
     assert rows[1]["aggregate_tps"] == runs[8]["output_throughput"]
-    assert rows[0]["single_stream_tps"] == runs[1]["mean_tps"]
+    assert rows[0]["single_stream_tps"] == runs[1]["median_tps"]
     table = engines.format_table(rows)
     assert "fake, concurrency 8" in table and len(table.splitlines()) == 3
 
 
 def test_vllm_required_only_under_ci_on_linux_x86(monkeypatch):
     monkeypatch.delenv("CI", raising=False)
-    assert engines.vllm_required() is False
+    assert serve.vllm_required() is False
     monkeypatch.setenv("CI", "true")
-    assert engines.vllm_required() is (platform.system() == "Linux" and platform.machine() == "x86_64")
+    assert serve.vllm_required() is (platform.system() == "Linux" and platform.machine() == "x86_64")
     monkeypatch.setenv("CI", "false")
-    assert engines.vllm_required() is False
+    assert serve.vllm_required() is False
 
 
 @pytest.mark.slow

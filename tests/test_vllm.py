@@ -8,7 +8,7 @@ x86_64, where the Makefile installs it and a missing server is a failure."""
 import pytest
 
 from labkit import loadgen, serve, streaming
-from labkit.engines import vllm_required
+from labkit.serve import vllm_required
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ help:
 	@echo "make lab            set up (once), then open JupyterLab on the chapters"
 	@echo "make test           set up (once), then unit tests and every notebook (what CI runs)"
 	@echo "make lab-<chapter>  run one chapter headless and print its checks, e.g. make lab-setup"
-	@echo "                    chapters: $$(sed -n 's/^ *\"\([a-z]*\)\": \"[0-9].*/\1/p' labkit/chapters.py | tr '\n' ' ')"
+	@echo "                    chapters: $$($(PYTHON) -c 'from labkit.chapters import available; print(*available())')"
 	@echo "make doctor         describe and measure this machine"
 	@echo "make serve          the bundled model behind vLLM's OpenAI API on 127.0.0.1:8000 (Linux x86_64)"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"

@@ -26,12 +26,17 @@ CHAPTERS: dict[str, str] = {
 }
 
 
+def available() -> dict[str, str]:
+    """Short name -> notebook file, for the chapters whose notebook exists."""
+    return {k: v for k, v in CHAPTERS.items() if (NOTEBOOKS / v).exists()}
+
+
 def notebook_path(name: str) -> Path:
     """Notebook file of chapter ``name``; ``ValueError`` listing the chapters that exist."""
-    available = {k: v for k, v in CHAPTERS.items() if (NOTEBOOKS / v).exists()}
-    if name not in available:
-        raise ValueError(f"unknown chapter {name!r}; available: {', '.join(available)}")
-    return NOTEBOOKS / available[name]
+    chapters = available()
+    if name not in chapters:
+        raise ValueError(f"unknown chapter {name!r}; available: {', '.join(chapters)}")
+    return NOTEBOOKS / chapters[name]
 
 
 def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> int:

@@ -17,27 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .hardware import synchronize
-
-
-def interleaved_times(fns: dict[str, Callable[[], object]], device: str = "cpu", repeats: int = 7,
-                      warmup: int = 1) -> dict[str, np.ndarray]:
-    """Time several functions side by side: each repetition runs every function once, in turn,
-    so background load on a shared machine hits all of them alike. Returns name -> seconds per
-    run (``repeats`` values), with the device synchronized around every timed call."""
-    if repeats < 1:
-        raise ValueError("repeats must be at least 1")
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            synchronize(device)
-            times[name].append(time.perf_counter() - t0)
-    return {name: np.asarray(t) for name, t in times.items()}
+from .microbench import interleaved_times
 
 
 def scale_bytes(numel: int, element_size: int, passes: int) -> int:

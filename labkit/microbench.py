@@ -17,22 +17,32 @@ import numpy as np
 from . import hardware
 
 
-def time_fn(fn: Callable[[], object], device: str = "cpu", warmup: int = 1, repeats: int = 5) -> np.ndarray:
-    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; return each run's wall time
-    in seconds, with the device synchronized before and after every timed run."""
+def interleaved_times(fns: dict[str, Callable[[], object]], device: str = "cpu", repeats: int = 7,
+                      warmup: int = 1) -> dict[str, np.ndarray]:
+    """Time several functions side by side: each repetition runs every function once, in turn,
+    so background load on a shared machine hits all of them alike (chapter 05 compares fused and
+    unfused kernels this way). Returns name -> seconds per run (``repeats`` values), with the
+    device synchronized before and after every timed call."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
     for _ in range(warmup):
-        fn()
-    hardware.synchronize(device)
-    times = []
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        hardware.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        hardware.synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return np.asarray(times)
+        for name, fn in fns.items():
+            hardware.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            hardware.synchronize(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: np.asarray(t) for name, t in times.items()}
+
+
+def time_fn(fn: Callable[[], object], device: str = "cpu", warmup: int = 1, repeats: int = 5) -> np.ndarray:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; return each run's wall time
+    in seconds, with the device synchronized before and after every timed run."""
+    return interleaved_times({"fn": fn}, device, repeats=repeats, warmup=warmup)["fn"]
 
 
 def memory_bandwidth(device: str = "cpu", nbytes: int = 256 * 2**20, repeats: int = 5) -> dict:

@@ -1,18 +1,18 @@
 import pytest
 import torch
 
-from labkit import fusion
+from labkit import fusion, microbench
 
 
 def test_interleaved_times_runs_functions_in_turn():
     calls = []
-    out = fusion.interleaved_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
-                                   repeats=3, warmup=1)
+    out = microbench.interleaved_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                                       repeats=3, warmup=1)
     assert calls == ["a", "b"] * 4  # one warm-up round, then three interleaved rounds
     assert set(out) == {"a", "b"}
     assert all(len(t) == 3 and (t >= 0).all() for t in out.values())
     with pytest.raises(ValueError):
-        fusion.interleaved_times({"a": lambda: None}, repeats=0)
+        microbench.interleaved_times({"a": lambda: None}, repeats=0)
 
 
 def test_scale_bytes_counts_read_and_write_per_pass():

@@ -75,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     add_bench_arguments(b)
     b.set_defaults(fn=_bench)
     args = parser.parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except (ValueError, RuntimeError) as e:  # bad settings or an unavailable device: say what to do
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

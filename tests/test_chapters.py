@@ -22,3 +22,9 @@ def test_unknown_chapter():
 def test_doctor_json(capsys):
     assert cli.main(["doctor", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["device"] in ("cpu", "cuda", "mps")
+
+
+def test_cli_reports_bad_settings_without_a_traceback(monkeypatch, capsys):
+    monkeypatch.setenv("LABKIT_PROFILE", "bogus")
+    assert cli.main(["doctor"]) == 2
+    assert "unknown LABKIT_PROFILE" in capsys.readouterr().err

@@ -53,9 +53,9 @@ def request_metrics(rec: dict[str, Any]) -> dict[str, Any]:
     * ``tpot_s``: ``(e2e - ttft) / (output_tokens - 1)``, vLLM's definition, which leaves the first
       token (prefill) out. GuideLLM's TPOT divides the whole E2E by all tokens; llmperf's
       "inter-token latency" divides E2E including TTFT by the token count. NaN for 0-1 tokens.
-    * ``itl_s``: one value per token after the first: a chunk that arrives ``g`` seconds after the
-      previous one carrying ``k`` tokens contributes ``k`` gaps of ``g / k``. Tokens that arrive in
-      the first chunk together with the first token have no gap and contribute none. vLLM pools
+    * ``itl_s``: one value per token after the first: a chunk carrying ``k`` tokens that arrives
+      ``g`` seconds after the previous token-bearing chunk contributes ``k`` gaps of ``g / k``.
+      Tokens that arrive in the first chunk together with the first token have no gap. vLLM pools
       one gap per *chunk* (``chunk_gaps_s`` here), which equals ours only when every chunk holds
       one token; with several tokens per chunk, per-chunk gaps overstate ITL by that factor.
     * ``tps``: decode speed as the tutorial means TPS, tokens/s after the first token = 1 / TPOT.
@@ -74,10 +74,13 @@ def request_metrics(rec: dict[str, Any]) -> dict[str, Any]:
         ttft, e2e = NAN, rec.get("t_end", t_sent) - t_sent
     gaps = [b[0] - a[0] for a, b in zip(chunks, chunks[1:], strict=False)]
     itl: list[float] = []
-    if known:
-        for gap, k in zip(gaps, counts[1:], strict=True):
+    if known:  # gaps run from the previous chunk that carried tokens: empty chunks lose no time
+        prev_t = None
+        for t, k in chunks:
             if k > 0:
-                itl += [gap / k] * k
+                if prev_t is not None:
+                    itl += [(t - prev_t) / k] * k
+                prev_t = t
     tpot = (e2e - ttft) / (n_out - 1) if n_out and n_out > 1 and chunks else NAN
     return {
         "ttft_s": ttft,
@@ -276,6 +279,8 @@ def count_chunk_tokens(texts: Sequence[str], cumulative: Sequence[int | None] | 
             counts[-1] += total - n
             n = total
         return counts, n, "usage-continuous"
+    if total is None and cumulative is not None and any(c is not None for c in cumulative):
+        total = max(c for c in cumulative if c is not None)  # usage on some chunks only: a total
     if tokenizer is not None:
         counts = tokens_by_tokenizer(texts, tokenizer)
         return counts, (sum(counts) if total is None else total), (

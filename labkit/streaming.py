@@ -345,8 +345,11 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
                                 (delta.get("reasoning_content") or delta.get("reasoning") or "")
                                 + (delta.get("content") or ""))
                             cum = usage.get("completion_tokens")
-                            if text or (cum is not None and cum > last_cum):
+                            continuous = all(p[2] is not None for p in parts)
+                            if text or (cum is not None and cum > last_cum and continuous and parts):
                                 parts.append((t, text, cum))
+                            elif cum:  # usage rides on a text-less (finish) chunk: a total, not a part
+                                total = cum
                             if cum is not None:
                                 last_cum = max(last_cum, cum)
                                 rec["prompt_tokens"] = usage.get("prompt_tokens", rec["prompt_tokens"])

@@ -146,3 +146,16 @@ def test_token_counting_never_counts_chunks():
 def test_cumulative_usage_tail_goes_to_last_chunk():
     counts, n, _ = metrics.count_chunk_tokens(["a", "b"], [1, 2], total=3)
     assert counts == [1, 2] and n == 3
+
+
+def test_gaps_run_from_the_previous_token_bearing_chunk():
+    # a text chunk that carries no new token must not swallow the time before it
+    m = metrics.request_metrics({"t_sent": 0.0, "chunks": [[0.2, 1], [0.3, 0], [0.6, 1]], "output_tokens": 2})
+    assert m["itl_s"] == pytest.approx([0.4])
+    assert sum(m["itl_s"]) == pytest.approx(m["e2e_s"] - m["ttft_s"])
+
+
+def test_partial_cumulative_usage_becomes_a_total():
+    # usage seen on some chunks only (e.g. the last text chunk): treat it as the output total
+    counts, n, src = metrics.count_chunk_tokens(["a", "b", "c"], [None, None, 3])
+    assert n == 3 and src == "usage" and counts == [1, 1, 1]

@@ -214,3 +214,32 @@ def test_transformers_streamer_times_every_token():
     be = streaming.transformers_backend(model, tok)
     assert be.max_concurrency == 1
     assert streaming.measure(be, "Hi", 2)["output_tokens"] <= 2
+
+
+def test_usage_on_the_finish_chunk_is_the_total():
+    """TGI and some llama.cpp servers put `usage` on the last chunk that still has `choices`
+    (finish_reason, empty delta) instead of a separate usage-only chunk."""
+    def ev(obj):
+        return ("data: " + json.dumps(obj) + "\n\n").encode()
+
+    body = b"".join([
+        ev({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]}),
+        *(ev({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in ("Hello", " world", "!")),
+        ev({"choices": [{"index": 0, "finish_reason": "stop", "delta": {}}],
+            "usage": {"completion_tokens": 3, "prompt_tokens": 5}}),
+        b"data: [DONE]\n\n",
+    ])
+    transport = httpx.MockTransport(
+        lambda req: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body))
+    backend = streaming.openai_backend("http://test", "m")
+
+    async def go():
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await backend.send(client, "hi", 8)
+
+    import asyncio
+
+    rec = asyncio.run(go())
+    assert rec["status"] == "ok" and rec["output_tokens"] == 3 and rec["token_source"] == "usage"
+    assert [k for _, k in rec["chunks"]] == [1, 1, 1]
+    assert len(metrics.request_metrics(rec)["itl_s"]) == 2

@@ -200,9 +200,10 @@ def format_report(s: dict[str, Any], title: str = "") -> str:
     counts = ", ".join(f"{k} {v}" for k, v in s["status_counts"].items() if v)
     lines.append(f"requests     {s['n_requests']} ({counts or 'none'}) in {s['duration']:.2f} s")
     lines.append(f"{'figure':<12} {'mean':>9} {'p50':>9} {'p90':>9} {'p99':>9}   over")
-    for name, label in (("ttft", "TTFT ms"), ("tpot", "TPOT ms"), ("itl", "ITL ms"), ("e2el", "E2E ms")):
+    for name, label in (("ttft", "TTFT ms"), ("tpot", "TPOT ms"), ("itl", "ITL ms"),
+                        ("chunk_itl", "chunk ITL ms"), ("e2el", "E2E ms")):
         row = [s.get(f"{k}_{name}_ms", NAN) for k in ("mean", "p50", "p90", "p99")]
-        unit = "gaps" if name == "itl" else "requests"
+        unit = "gaps" if "itl" in name else "requests"
         lines.append(f"{label:<12} " + " ".join(f"{v:9.1f}" for v in row) + f"   {s[f'n_{name}']} {unit}")
     lines.append(
         f"throughput   {s['output_throughput']:.1f} output tok/s aggregate, "

@@ -78,6 +78,7 @@ def test_summary_counts_failures_and_uses_only_completed():
         assert key in s
     text = metrics.format_report(s)
     assert "2 requests" in text and "3 gaps" in text and "http_error 1" in text
+    assert "chunk ITL ms" in text  # vLLM's per-chunk figure printed beside the per-token one
 
 
 def test_summary_duration_defaults_to_first_send_to_last_close():

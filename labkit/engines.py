@@ -126,14 +126,13 @@ def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
     concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
     concurrency -> requests (default ``max(4, 2 × concurrency)``). One warm-up request before the
     first run. Returns concurrency -> summary."""
-    from .loadgen import run
+    from .loadgen import sweep
 
-    out = {}
-    for i, c in enumerate(concurrencies):
-        n = (n_requests or {}).get(c, max(4, 2 * c))
-        out[c] = run(url, n, c, model=model, prompts=list(prompts or short_prompts(n)), max_tokens=max_tokens,
-                     ignore_eos=True, warmup=1 if i == 0 else 0, progress=False, check=(i == 0))
-    return out
+    counts = {c: (n_requests or {}).get(c, max(4, 2 * c)) for c in concurrencies}
+    prompts = list(prompts or short_prompts(max(counts.values())))
+    runs = sweep(url, concurrencies, counts, model=model, prompts=prompts, max_tokens=max_tokens,
+                 ignore_eos=True, progress=False)
+    return dict(zip(concurrencies, runs, strict=True))
 
 
 def measure_vllm(concurrencies: Sequence[int] = (1, 8), n_requests: dict[int, int] | None = None,

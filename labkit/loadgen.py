@@ -35,7 +35,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -279,13 +279,18 @@ def run(target: str | Backend, n_requests: int = 16, concurrency: int | None = 1
     return s
 
 
-def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8), n_requests: int | None = None,
-          warmup: int = 1, **kwargs: Any) -> list[dict[str, Any]]:
-    """:func:`run` at each concurrency in turn (closed loop); ``n_requests`` defaults to
-    ``max(8, 2 * concurrency)``; only the first level warms up. A list of summaries."""
+def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8),
+          n_requests: int | Mapping[int, int] | None = None, warmup: int = 1,
+          **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`run` at each concurrency in turn (closed loop); ``n_requests`` is one count for every
+    level or a concurrency -> count mapping, defaulting to ``max(8, 2 * concurrency)``; only the
+    first level warms up. A list of summaries."""
     out = []
     for i, c in enumerate(concurrencies):
-        n = n_requests or max(8, 2 * c)
+        if isinstance(n_requests, Mapping):
+            n = n_requests.get(c) or max(8, 2 * c)
+        else:
+            n = n_requests or max(8, 2 * c)
         out.append(run(target, n, c, warmup=warmup if i == 0 else 0, check=(i == 0), **kwargs))
     return out
 

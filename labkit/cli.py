@@ -16,8 +16,13 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
+    from .capability import capability, format_capability
+
     p = profile()
     print(hardware.format_report(info))
+    print(format_capability(capability(info["device"])))
+    if info["device"] != "cpu":
+        print(format_capability(capability("cpu")))
     print(f"profile       {p.name} (LLM {p.llm}, Whisper {p.whisper}, diffusion {p.diffusion})")
     if args.measure:
         from . import microbench
@@ -56,6 +61,12 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_cli(args)
 
 
+def _gpu_check(args: argparse.Namespace) -> int:
+    from .gpucheck import main as gpu_check
+
+    return gpu_check(args.rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit", description="Inference Engineering Lab toolkit")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -69,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("chapter", help="short name, e.g. setup, concepts, metrics")
     r.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     r.set_defaults(fn=_run)
+    g = sub.add_parser("gpu-check", help="check the CUDA paths on a machine with an NVIDIA GPU (no download)")
+    g.add_argument("rest", nargs=argparse.REMAINDER, help="options for labkit.gpucheck (see --help there)")
+    g.set_defaults(fn=_gpu_check)
     from .loadgen import add_bench_arguments
 
     b = sub.add_parser("bench", help="load-test a streaming LLM server: TTFT/TPOT/ITL (chapter 02)")

@@ -194,7 +194,9 @@ def load_tokenizer(name: str | None = None):
 def load_llm(name: str | None = None, dtype: str | None = None, device: str | None = None):
     """Load ``(model, tokenizer)`` for the profile's LLM, in eval mode.
 
-    ``dtype``: torch dtype name (default: the profile's, float32 for the bundled model).
+    ``dtype``: torch dtype name, or ``auto`` (the default in both profiles): the dtype
+    :func:`labkit.capability.compute_dtype` picks for the device (bf16 where the hardware has it,
+    fp32 on a CPU without native bf16, fp16 on an older GPU).
     ``device``: ``cpu``, ``cuda``, ``mps`` or ``auto`` (default: the profile's). The same call
     loads the bundled SmolLM2 from its cached safetensors folder or Qwen/Qwen3-4B from the hub.
     """
@@ -204,8 +206,12 @@ def load_llm(name: str | None = None, dtype: str | None = None, device: str | No
     from .hardware import resolve_device
 
     p = profile()
-    dtype = dtype or p.llm_dtype
     dev = resolve_device(device or p.device)
+    dtype = dtype or p.llm_dtype
+    if dtype == "auto":
+        from .capability import compute_dtype
+
+        dtype = compute_dtype(dev)
     src = llm_source(name, dtype)
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):

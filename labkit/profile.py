@@ -33,7 +33,7 @@ class Profile:
     diffusion: str
     diffusion_fast: str
     device: str  # "cpu" or "auto" (CUDA, else MPS, else CPU)
-    llm_dtype: str  # torch dtype name used by default for the LLM
+    llm_dtype: str  # torch dtype name for the LLM, or "auto": what labkit.capability picks for the device
 
 
 PROFILES: dict[str, Profile] = {
@@ -45,7 +45,7 @@ PROFILES: dict[str, Profile] = {
         diffusion="digits-sdxl",
         diffusion_fast="digits-sdxl",
         device="cpu",
-        llm_dtype="float32",
+        llm_dtype="auto",
     ),
     "full": Profile(
         name="full",
@@ -55,7 +55,7 @@ PROFILES: dict[str, Profile] = {
         diffusion="stabilityai/stable-diffusion-xl-base-1.0",
         diffusion_fast="stabilityai/sdxl-turbo",
         device="auto",
-        llm_dtype="bfloat16",
+        llm_dtype="auto",
     ),
 }
 

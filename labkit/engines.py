@@ -138,9 +138,10 @@ def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
 def measure_vllm(concurrencies: Sequence[int] = (1, 8), n_requests: dict[int, int] | None = None,
                  prompts: Sequence[str] | None = None, max_tokens: int = 32,
                  **server_kwargs: Any) -> tuple[dict[int, dict[str, Any]], float]:
-    """Start the vLLM CPU server (:func:`labkit.serve.start_vllm`, the bundled model in bf16 by
-    default), run :func:`measure_server`, stop it. Returns (concurrency -> summary, seconds the
-    server took to become ready). ``RuntimeError`` saying why when vLLM cannot run here."""
+    """Start the vLLM CPU server (:func:`labkit.serve.start_vllm`, the bundled model in
+    :func:`labkit.serve.served_dtype` by default), run :func:`measure_server`, stop it. Returns
+    (concurrency -> summary, seconds the server took to become ready). ``RuntimeError`` saying why
+    when vLLM cannot run here."""
     from .serve import start_vllm, stop
 
     server = start_vllm(**server_kwargs)

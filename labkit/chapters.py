@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
+from .paths import NOTEBOOKS, REPO
 
 CHAPTERS: dict[str, str] = {
     "setup": "00_setup.ipynb",
@@ -46,13 +45,13 @@ def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> 
     from nbclient.exceptions import CellExecutionError
 
     path = notebook_path(name)
-    out_dir = out_dir or ROOT / "build"
+    out_dir = out_dir or REPO / "build"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / path.name
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
-    print(f"running {path.relative_to(ROOT)} ...", flush=True)
+    print(f"running {path.relative_to(REPO)} ...", flush=True)
     status = 0
     try:
         client.execute()

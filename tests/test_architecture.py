@@ -1,10 +1,10 @@
-"""Parameter counts from config.json alone (labkit.architecture, chapter 03)."""
+"""Parameter counts from config.json alone (labkit.llm.architecture, chapter 03)."""
 
 import json
 
 import pytest
 
-from labkit.architecture import SHIPPED, load_config, param_count, summary
+from labkit.llm.architecture import SHIPPED, load_config, param_count, summary
 
 # Published figures: model cards / technical reports (billions of parameters).
 PUBLISHED = {
@@ -30,7 +30,7 @@ def test_llama3_8b_is_exact():
 
 
 def test_bundled_model_count_equals_its_safetensors():
-    from labkit.estimates import safetensors_params
+    from labkit.llm.memory import safetensors_params
     from labkit.models import llm_dir
 
     n = safetensors_params(llm_dir("float32") / "model.safetensors")

@@ -1,12 +1,12 @@
-"""labkit.asr: real-time factor, chunking, and a real (tiny) Whisper timed correctly (chapter 07)."""
+"""labkit.media.asr: real-time factor, chunking, and a real (tiny) Whisper timed correctly (chapter 07)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from labkit import asr
-from labkit.wer import wer
+from labkit.media import asr
+from labkit.media.wer import wer
 
 TEXTS = json.loads((asr.AUDIO_DIR / "texts.json").read_text())
 

@@ -1,10 +1,10 @@
-"""Attention written out vs PyTorch's fused kernel (labkit.attention, chapter 03)."""
+"""Attention written out vs PyTorch's fused kernel (labkit.llm.attention, chapter 03)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from labkit.attention import attention, causal_mask, repeat_kv
+from labkit.llm.attention import attention, causal_mask, repeat_kv
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from labkit import capability as cap
+from labkit.hardware import capability as cap
 
 
 @pytest.mark.parametrize(

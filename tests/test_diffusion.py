@@ -1,5 +1,5 @@
-"""labkit.diffusion / labkit.digits: UNet-evaluation accounting, the CFG cutoff, the pipeline loader
-and the shipped digits pipeline (chapter 07)."""
+"""labkit.media.diffusion / labkit.media.digits: UNet-evaluation accounting, the CFG cutoff, the
+pipeline loader and the shipped digits pipeline (chapter 07)."""
 
 import json
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit import diffusion, digits
+from labkit.media import diffusion, digits
 
 
 @pytest.mark.parametrize(
@@ -77,8 +77,8 @@ def test_loader_picks_dtype_and_variant_per_device(monkeypatch, device, dtype, v
     import labkit.hardware
 
     monkeypatch.setattr(diffusers, "StableDiffusionXLPipeline", FakePipe)
-    monkeypatch.setattr(labkit.hardware, "resolve_device", lambda pref: pref)
-    monkeypatch.setattr(labkit.hardware, "synchronize", lambda dev: None)
+    monkeypatch.setattr(labkit.hardware.machine, "resolve_device", lambda pref: pref)
+    monkeypatch.setattr(labkit.hardware.machine, "synchronize", lambda dev: None)
     FakePipe.calls = []
     pipe, info = diffusion.load_pipeline(
         "stabilityai/stable-diffusion-xl-base-1.0", device=device, attention_slicing=True

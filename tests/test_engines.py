@@ -2,8 +2,8 @@ import platform
 
 import pytest
 
-from labkit import engines, serve
-from labkit.fakeserver import fake_server
+from labkit.serving import engines, metrics, vllm
+from labkit.serving.fakeserver import fake_server
 
 
 def test_reference_table_covers_the_tutorials_engines():
@@ -32,23 +32,23 @@ def test_measure_server_against_a_batching_fake_server():
     assert [r["concurrency"] for r in rows] == [1, 8]
     assert rows[1]["aggregate_tps"] == runs[8]["output_throughput"]
     assert rows[0]["single_stream_tps"] == runs[1]["median_tps"]
-    table = engines.format_table(rows)
+    table = metrics.format_rows(rows)
     assert "fake, concurrency 8" in table and len(table.splitlines()) == 3
 
 
 def test_vllm_required_only_under_ci_on_linux_x86(monkeypatch):
     monkeypatch.delenv("CI", raising=False)
-    assert serve.vllm_required() is False
+    assert vllm.vllm_required() is False
     monkeypatch.setenv("CI", "true")
-    assert serve.vllm_required() is (platform.system() == "Linux" and platform.machine() == "x86_64")
+    assert vllm.vllm_required() is (platform.system() == "Linux" and platform.machine() == "x86_64")
     monkeypatch.setenv("CI", "false")
-    assert serve.vllm_required() is False
+    assert vllm.vllm_required() is False
 
 
 @pytest.mark.slow
 def test_measure_transformers_sequential_with_the_bundled_model():
     from labkit.models import load_llm
-    from labkit.profile import set_threads
+    from labkit.settings import set_threads
 
     set_threads()  # on 2 shared cores torch's default thread count is many times slower
     model, tok = load_llm(dtype="bfloat16", device="cpu")

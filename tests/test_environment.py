@@ -21,7 +21,9 @@ def test_environment_yml_matches_pyproject():
     wanted = _pins(project["dependencies"] + project["optional-dependencies"]["test"])
     yml = (ROOT / "environment.yml").read_text().splitlines()
     conda = _pins(line.strip().lstrip("- ") for line in yml)
-    assert "python=3.11" in " ".join(yml)
+    python = re.search(r"python=3\.(\d+)", " ".join(yml))
+    low, high = re.match(r">=3\.(\d+),<3\.(\d+)", project["requires-python"]).groups()
+    assert python and int(low) <= int(python.group(1)) < int(high), (python, project["requires-python"])
     assert conda == wanted, {k: (wanted.get(k), conda.get(k)) for k in wanted.keys() | conda.keys()
                              if wanted.get(k) != conda.get(k)}
 

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from labkit import fusion, microbench
+from labkit.hardware import microbench
+from labkit.llm import fusion
 
 
 def test_interleaved_times_runs_functions_in_turn():

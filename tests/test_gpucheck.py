@@ -1,4 +1,4 @@
-"""labkit.gpucheck off the GPU: the no-GPU exit, catalog matching, the summary, per-section error
+"""labkit.hardware.gpucheck off the GPU: the no-GPU exit, catalog matching, the summary, per-section error
 handling and the decode loop's cache threading (with fakes; the real run needs CUDA)."""
 
 from types import SimpleNamespace
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from labkit import gpucheck
-from labkit.catalog import ACCELERATORS, Accelerator
+from labkit.hardware import gpucheck
+from labkit.hardware.catalog import ACCELERATORS, Accelerator
 
 
 def test_main_without_cuda_says_so_and_returns_2(monkeypatch, capsys):

@@ -1,10 +1,10 @@
-"""KV-cache size formula vs the tensors a cache holds (labkit.kvcache, chapter 03)."""
+"""KV-cache size formula vs the tensors a cache holds (labkit.llm.kvcache, chapter 03)."""
 
 import pytest
 import torch
 
-from labkit.architecture import load_config
-from labkit.kvcache import cache_tensor_bytes, kv_cache_bytes, kv_cache_bytes_for_config
+from labkit.llm.architecture import load_config
+from labkit.llm.kvcache import cache_tensor_bytes, kv_cache_bytes, kv_cache_bytes_for_config
 
 
 def test_formula():

@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from labkit import loadgen, metrics_plots
 from labkit.cli import main as labkit_main
-from labkit.fakeserver import fake_server
-from labkit.serve import free_port
-from labkit.streaming import ServerError, transformers_backend
+from labkit.serving import loadgen, metrics, plots
+from labkit.serving.fakeserver import fake_server
+from labkit.serving.streaming import ServerError, transformers_backend
+from labkit.serving.vllm import free_port
 
 
 @pytest.fixture()
@@ -101,8 +101,8 @@ def test_sweep_plots_and_knee_table(srv):
     matplotlib.use("Agg")
     runs = loadgen.sweep(srv.url, (1, 2), n_requests=4, max_tokens=4, progress=False)
     rows = loadgen.knee_table(runs)
-    assert [r["concurrency"] for r in rows] == [1, 2] and "output_tok_s" in loadgen.format_table(rows)
-    for fn in (metrics_plots.plot_ttft_cdf, metrics_plots.plot_itl_hist, metrics_plots.plot_knee):
+    assert [r["concurrency"] for r in rows] == [1, 2] and "output_tok_s" in metrics.format_rows(rows)
+    for fn in (plots.plot_ttft_cdf, plots.plot_itl_hist, plots.plot_knee):
         assert fn(runs) is not None
 
 
@@ -123,7 +123,7 @@ def test_killed_run_keeps_what_finished(tmp_path):
     """A bench process killed mid-run leaves one valid JSON line per request it finished."""
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "labkit.fakeserver", "--port", str(port), "--step-ms", "40"]
+    cmd = [sys.executable, "-m", "labkit.serving.fakeserver", "--port", str(port), "--step-ms", "40"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
     try:
         server.stdout.readline()  # "fake server on ..."

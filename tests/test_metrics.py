@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from labkit import metrics
+from labkit.serving import metrics
 
 
 def rec(chunks, output_tokens=None, status="ok", t_end=None, prompt_tokens=None):

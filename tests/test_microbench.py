@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from labkit import hardware, microbench
+from labkit.hardware import machine, microbench, roofline
 
 
 def test_time_fn_synchronizes_around_every_run(monkeypatch):
     events = []
-    monkeypatch.setattr(hardware, "synchronize", lambda device: events.append(("sync", device)))
+    monkeypatch.setattr(machine, "synchronize", lambda device: events.append(("sync", device)))
     times = microbench.time_fn(lambda: events.append(("run",)), device="cuda", warmup=1, repeats=3)
     assert len(times) == 3 and np.all(times >= 0)
     runs = [i for i, e in enumerate(events) if e == ("run",)][1:]  # skip the warm-up
@@ -20,7 +20,7 @@ def test_time_fn_rejects_zero_repeats():
 
 
 def test_matmul_flops():
-    assert microbench.matmul_flops(2, 3, 4) == 48
+    assert roofline.matmul_flops(2, 3, 4) == 48
 
 
 def test_bandwidth_counts_read_and_write():
@@ -55,5 +55,5 @@ def test_bandwidth_measure_agrees_with_numpy_copy():
     assert 0.25 < ours / numpy_gbps < 4, (ours, numpy_gbps)
 
 
-def test_ops_per_byte():
-    assert microbench.ops_per_byte(989.4, 3350) == pytest.approx(295, rel=0.01)
+def test_ridge_point_from_measured_units():
+    assert roofline.ridge_point(989.4e12, 3350e9) == pytest.approx(295, rel=0.01)

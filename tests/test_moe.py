@@ -1,9 +1,16 @@
-"""The small MoE layer vs transformers' Qwen3-MoE block (labkit.moe, chapter 03)."""
+"""The small MoE layer vs transformers' Qwen3-MoE block (labkit.llm.moe, chapter 03)."""
 
 import torch
 import torch.nn.functional as F
 
-from labkit.moe import expected_used_fraction, experts_used_fraction, init_moe, moe_forward, moe_params, route
+from labkit.llm.moe import (
+    expected_used_fraction,
+    experts_used_fraction,
+    init_moe,
+    moe_forward,
+    moe_params,
+    route,
+)
 
 
 def test_matches_transformers_qwen3_moe_block():

@@ -1,12 +1,12 @@
-"""labkit.multimodal: VLM KV-cache and concurrency arithmetic, TTS real-time ceilings (chapter 07)."""
+"""labkit.media.multimodal: VLM KV-cache and concurrency arithmetic, TTS real-time ceilings (chapter 07)."""
 
 import math
 
 import pytest
 
-from labkit.architecture import load_config, param_count
-from labkit.catalog import ACCELERATORS
-from labkit.multimodal import max_concurrency, realtime_margin, tts_rows, vlm_kv_bytes, vlm_rows
+from labkit.hardware.catalog import ACCELERATORS
+from labkit.llm.architecture import load_config, param_count
+from labkit.media.multimodal import max_concurrency, realtime_margin, tts_rows, vlm_kv_bytes, vlm_rows
 
 
 def test_each_image_adds_a_thousand_tokens_of_kv_cache():

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labkit import roofline as rl
+from labkit.hardware import roofline as rl
 
 
 def test_ops_per_byte_matches_tutorial_h100_example():

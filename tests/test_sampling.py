@@ -1,10 +1,10 @@
-"""Temperature / top-k / top-p against transformers' logits processors (labkit.sampling, chapter 03)."""
+"""Temperature / top-k / top-p against transformers' logits processors (labkit.llm.sampling, chapter 03)."""
 
 import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from labkit.sampling import (
+from labkit.llm.sampling import (
     apply_temperature,
     entropy_bits,
     probabilities,

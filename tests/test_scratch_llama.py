@@ -1,10 +1,10 @@
-"""From-scratch forward pass vs transformers (labkit.scratch_llama, chapter 03)."""
+"""From-scratch forward pass vs transformers (labkit.llm.scratch_llama, chapter 03)."""
 
 import pytest
 import torch
 
-from labkit import scratch_llama as sl
-from labkit.kvcache import cache_tensor_bytes, kv_cache_bytes
+from labkit.llm import scratch_llama as sl
+from labkit.llm.kvcache import cache_tensor_bytes, kv_cache_bytes
 
 
 def _tiny(tmp_path, kind):
@@ -86,7 +86,7 @@ def test_rope_keeps_norms_and_rejects_scaled_rope():
 @pytest.mark.slow
 def test_bundled_model_matches_transformers_fp32():
     from labkit.models import llm_dir, load_llm
-    from labkit.profile import set_threads
+    from labkit.settings import set_threads
 
     set_threads()
     model, tok = load_llm(dtype="float32")

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit import metrics, streaming
-from labkit.fakeserver import fake_server
+from labkit.serving import metrics, streaming
+from labkit.serving.fakeserver import fake_server
 
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -202,7 +202,7 @@ def test_server_checks(srv):
 @pytest.mark.slow
 def test_transformers_streamer_times_every_token():
     from labkit.models import load_llm
-    from labkit.profile import set_threads
+    from labkit.settings import set_threads
 
     set_threads()
     model, tok = load_llm("smollm2-135m")

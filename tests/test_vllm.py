@@ -7,27 +7,27 @@ x86_64, where the Makefile installs it and a missing server is a failure."""
 
 import pytest
 
-from labkit import loadgen, serve, streaming
-from labkit.serve import vllm_required
+from labkit.serving import loadgen, streaming, vllm
+from labkit.serving.vllm import vllm_required
 
 
 @pytest.fixture(scope="session")
 def vllm_url():
-    if not serve.vllm_available():
+    if not vllm.vllm_available():
         if vllm_required():
-            pytest.fail(f"vLLM is required on CI on Linux x86_64: {serve.unavailable_reason()}")
-        pytest.skip(serve.unavailable_reason())
-    server = serve.start_vllm(ready_timeout_s=300)
+            pytest.fail(f"vLLM is required on CI on Linux x86_64: {vllm.unavailable_reason()}")
+        pytest.skip(vllm.unavailable_reason())
+    server = vllm.start_vllm(ready_timeout_s=300)
     print(f"\nvLLM ready in {server.startup_s:.1f} s at {server.url} (log {server.log})")
     try:
         yield server.url
     finally:
-        serve.stop(server)
+        vllm.stop(server)
         assert server.proc.poll() is not None, "the vLLM server did not stop"
 
 
 def test_load_test_against_vllm(vllm_url):
-    s = loadgen.run(vllm_url, 4, 2, model=serve.SERVED_NAME, max_tokens=12, ignore_eos=True,
+    s = loadgen.run(vllm_url, 4, 2, model=vllm.SERVED_NAME, max_tokens=12, ignore_eos=True,
                     progress=False, warmup=1)
     assert s["accounted"] and s["completed"] == 4, s["status_counts"]
     for r in s["requests"]:
@@ -42,11 +42,11 @@ def test_client_timing_against_vllm_server_histograms(vllm_url):
     """Same requests, two clocks: labkit's TTFT/E2E (client side: HTTP, SSE framing and the
     network included) against vLLM's ``vllm:time_to_first_token_seconds`` and
     ``vllm:e2e_request_latency_seconds`` (server side). The client can only be later."""
-    before = serve.scrape_metrics(vllm_url)
-    s = loadgen.run(vllm_url, 4, 1, model=serve.SERVED_NAME, max_tokens=12, ignore_eos=True,
+    before = vllm.scrape_metrics(vllm_url)
+    s = loadgen.run(vllm_url, 4, 1, model=vllm.SERVED_NAME, max_tokens=12, ignore_eos=True,
                     progress=False, warmup=0)
-    after = serve.scrape_metrics(vllm_url)
-    server = serve.server_side_means(before, after)
+    after = vllm.scrape_metrics(vllm_url)
+    server = vllm.server_side_means(before, after)
     assert server["n_ttft_s"] == 4 and server["n_e2e_s"] == 4 and s["completed"] == 4
     client_ttft, client_e2e = s["mean_ttft_ms"] / 1e3, s["mean_e2el_ms"] / 1e3
     d_ttft, d_e2e = client_ttft - server["ttft_s"], client_e2e - server["e2e_s"]
@@ -61,6 +61,6 @@ def test_vllm_errors_and_completions(vllm_url):
         streaming.check_openai_server(vllm_url, "gpt-4o")
     r = streaming.measure(streaming.openai_backend(vllm_url, "gpt-4o"), "hi", 4)
     assert r["status"] == "http_error" and r["http_status"] == 404 and "gpt-4o" in r["error"]
-    r = streaming.measure(streaming.openai_backend(vllm_url, serve.SERVED_NAME, endpoint="completions",
+    r = streaming.measure(streaming.openai_backend(vllm_url, vllm.SERVED_NAME, endpoint="completions",
                                                    ignore_eos=True), "Once upon a time", 6)
     assert r["status"] == "ok" and r["output_tokens"] == 6 and r["text"]

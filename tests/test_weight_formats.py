@@ -4,7 +4,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from labkit import weight_formats as wf
+from labkit.llm import weight_formats as wf
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
-"""labkit.wer: normalisation and word error rate (chapter 07)."""
+"""labkit.media.wer: normalisation and word error rate (chapter 07)."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.wer import normalize, wer, wer_details
+from labkit.media.wer import normalize, wer, wer_details
 
 
 def levenshtein(a: list[str], b: list[str]) -> int:

@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
+from ..paths import DATA, data
+
+CONFIG_DIR = DATA / "configs"
 # Shipped copies and the hub repository each was copied from (see data/configs/README.md).
 SHIPPED: dict[str, str] = {
     "Qwen3-4B": "Qwen/Qwen3-4B",
@@ -32,12 +34,12 @@ def load_config(name: str | None = None) -> dict[str, Any]:
     (downloads ``config.json`` only: needs a network). ``None``: the active profile's LLM.
     Multimodal configs that nest the language model under ``text_config`` are returned whole.
     """
-    from .models import LOCAL_LLMS, llm_dir
-    from .profile import profile
+    from ..models import LOCAL_LLMS, llm_dir
+    from ..settings import profile
 
     name = name or profile().llm
     if name in SHIPPED:
-        return json.loads((CONFIG_DIR / f"{name}.json").read_text())
+        return json.loads(data("configs", f"{name}.json").read_text())
     if name in LOCAL_LLMS:
         return json.loads((llm_dir("float32", name) / "config.json").read_text())
     path = Path(name).expanduser()
@@ -66,6 +68,19 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     return config["text_config"] if "hidden_size" not in config and "text_config" in config else config
 
 
+def kv_heads(c: dict[str, Any]) -> int:
+    """Key/value heads of a (text) config: ``num_key_value_heads``, else one per query head (MHA)."""
+    return c.get("num_key_value_heads") or c["num_attention_heads"]
+
+
+def head_dim(c: dict[str, Any]) -> int:
+    """Width of one attention head: ``head_dim`` where the config sets it (Qwen3 does), else
+    hidden size / heads; for DeepSeek's MLA the query/key head (no-RoPE part + RoPE part)."""
+    if c.get("kv_lora_rank"):
+        return c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+
+
 def _attention_params(c: dict[str, Any]) -> int:
     h, n_heads = c["hidden_size"], c["num_attention_heads"]
     if c.get("kv_lora_rank"):  # DeepSeek multi-head latent attention
@@ -76,14 +91,13 @@ def _attention_params(c: dict[str, Any]) -> int:
         kv = h * (kv_rank + c["qk_rope_head_dim"]) + kv_rank
         kv += kv_rank * n_heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
         return q + kv + n_heads * c["v_head_dim"] * h
-    head_dim = c.get("head_dim") or h // n_heads
-    n_kv = c.get("num_key_value_heads") or n_heads
-    q, kv = n_heads * head_dim, n_kv * head_dim
+    hd = head_dim(c)
+    q, kv = n_heads * hd, kv_heads(c) * hd
     params = h * q + 2 * h * kv + q * h
     if c.get("attention_bias") or c.get("model_type") in {"qwen2", "qwen2_moe"}:
         params += q + 2 * kv  # q/k/v biases (Qwen2 always has them)
     if c.get("model_type", "").startswith("qwen3"):
-        params += 2 * head_dim  # per-head RMSNorm on queries and keys
+        params += 2 * hd  # per-head RMSNorm on queries and keys
     return params
 
 
@@ -146,9 +160,8 @@ def summary(config: dict[str, Any]) -> dict[str, Any]:
         "hidden_size": c["hidden_size"],
         "layers": c["num_hidden_layers"],
         "heads": c["num_attention_heads"],
-        "kv_heads": c.get("num_key_value_heads") or c["num_attention_heads"],
-        "head_dim": (c["qk_nope_head_dim"] + c["qk_rope_head_dim"] if c.get("kv_lora_rank")
-                     else c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]),
+        "kv_heads": kv_heads(c),
+        "head_dim": head_dim(c),
         "vocab_size": c["vocab_size"],
         "experts": n_routed,
         "experts_per_token": top_k,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .architecture import head_dim, kv_heads, text_config
+
 
 def kv_cache_bytes(
     n_layers: int, n_kv_heads: int, head_dim: int, n_tokens: int, dtype_bytes: float = 2, batch: int = 1
@@ -30,17 +32,15 @@ def kv_cache_bytes_for_config(
     config: dict[str, Any], n_tokens: int, dtype_bytes: float = 2, batch: int = 1
 ) -> int:
     """KV-cache bytes of the model described by ``config`` (a ``config.json`` dict, e.g. from
-    :func:`labkit.architecture.load_config`) for ``n_tokens`` tokens in each of ``batch`` sequences.
+    :func:`labkit.llm.architecture.load_config`) for ``n_tokens`` tokens in each of ``batch`` sequences.
     DeepSeek-style MLA (``kv_lora_rank`` set) caches ``kv_lora_rank + qk_rope_head_dim`` numbers
     per token per layer, shared by all heads."""
-    c = config.get("text_config", config) if "hidden_size" not in config else config
+    c = text_config(config)
     n_layers = c["num_hidden_layers"]
     if c.get("kv_lora_rank"):
         per_token = n_layers * (c["kv_lora_rank"] + c["qk_rope_head_dim"])
         return int(per_token * n_tokens * batch * dtype_bytes)
-    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    n_kv = c.get("num_key_value_heads") or c["num_attention_heads"]
-    return kv_cache_bytes(n_layers, n_kv, head_dim, n_tokens, dtype_bytes, batch)
+    return kv_cache_bytes(n_layers, kv_heads(c), head_dim(c), n_tokens, dtype_bytes, batch)
 
 
 def cache_tensor_bytes(cache: Any) -> int:

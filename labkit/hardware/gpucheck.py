@@ -1,7 +1,7 @@
 """Check the lab's CUDA code paths on a machine with an NVIDIA GPU, and print the figures
 (chapters 00 "Hardware Lab", 04 "GPU hardware", 07 "Beyond LLMs").
 
-Run from a plain checkout: ``PYTHONPATH=. python -m labkit.gpucheck`` (or ``labkit gpu-check``).
+Run from a plain checkout: ``PYTHONPATH=. python -m labkit.hardware.gpucheck`` (or ``labkit gpu-check``).
 It needs torch with CUDA; transformers runs section 3, diffusers section 4. Nothing touches the
 network: the model in section 3 is a shipped config (``data/configs``) with random weights, the
 pipeline in section 4 is the shipped ``data/digits-sdxl``. Sections:
@@ -9,14 +9,14 @@ pipeline in section 4 is the shipped ``data/digits-sdxl``. Sections:
 1. ``device``: what torch sees, ``labkit doctor``'s report and the compute dtype (chapter 00).
 2. ``peaks``: measured copy bandwidth (GB/s = 1e9 bytes/s, read + write counted) and n x n matmul
    TFLOPS (1e12 FLOP/s) per dtype, the ridge point (FLOPs/byte), each as a fraction of the
-   datasheet when the GPU is in :data:`labkit.catalog.ACCELERATORS` (chapters 00 and 04).
+   datasheet when the GPU is in :data:`labkit.hardware.catalog.ACCELERATORS` (chapters 00 and 04).
 3. ``model``: greedy batch-1 decode of a real architecture (Qwen3-4B by default) with a KV cache,
    tokens/s against the bandwidth ceiling ``bandwidth / (weight bytes + KV bytes)``, and one
    prefill's achieved TFLOPS against the matmul peak (chapter 04's roofline on a real model).
 4. ``diffusion``: the digits SDXL pipeline in fp16: seconds per batch, images/s, digit accuracy (07).
 5. ``timing``: an unsynchronized timer of a matmul reads the kernel launch, not the work.
 
-Every timed figure comes from :func:`labkit.microbench.time_fn`, which synchronizes the device
+Every timed figure comes from :func:`labkit.hardware.microbench.time_fn`, which synchronizes the device
 before reading the clock (section 5 shows what happens without). Times in seconds or ms as
 labelled, bytes in decimal GB (1e9). Exit status: 0 if every section that was not skipped ran,
 1 if one failed, 2 if torch sees no CUDA GPU.
@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from . import architecture, estimates, hardware, kvcache, microbench, roofline
+from ..llm import architecture, kvcache, memory
+from . import machine, microbench, roofline
 from .catalog import ACCELERATORS, Accelerator
 
 DEVICE = "cuda"
@@ -182,7 +183,7 @@ def run_section(name: str, title: str, fn: Callable[[Context], str], ctx: Contex
 
 
 def compute_dtype(device: str = DEVICE) -> tuple[str, str]:
-    """``(dtype name, note)`` from :mod:`labkit.capability`, or from ``torch.cuda.is_bf16_supported``
+    """``(dtype name, note)`` from :mod:`labkit.hardware.capability`, or from ``torch.cuda.is_bf16_supported``
     when that module is not there (the note then starts with ``SKIP``)."""
     try:
         from . import capability
@@ -193,7 +194,7 @@ def compute_dtype(device: str = DEVICE) -> tuple[str, str]:
         import torch
 
         dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-        return dtype, (f"SKIP labkit.capability not available ({type(e).__name__}: {e}); "
+        return dtype, (f"SKIP labkit.hardware.capability not available ({type(e).__name__}: {e}); "
                        f"compute dtype {dtype} from torch.cuda.is_bf16_supported()")
 
 
@@ -211,9 +212,9 @@ def section_device(ctx: Context) -> str:
     print(f"torch         {torch.__version__}, CUDA {torch.version.cuda}, "
           f"cuDNN {torch.backends.cudnn.version()}")
     try:
-        print(hardware.format_report(hardware.detect()))
+        print(machine.format_report(machine.detect()))
     except ImportError as e:  # detect() reads CPU and RAM through psutil
-        print(f"SKIP hardware.detect needs {e.name or e} (not installed): {e}")
+        print(f"SKIP machine.detect needs {e.name or e} (not installed): {e}")
     print(ctx.dtype_note)
     acc = ctx.accelerator
     print(f"catalog       {acc.name} ({acc.source})" if acc else
@@ -311,7 +312,7 @@ def section_model(ctx: Context) -> str:
     except ImportError as e:
         raise Skipped(f"transformers not installed: {e}") from e
     config = architecture.load_config(ctx.config)
-    dtype_bytes = estimates.bytes_per_param(ctx.dtype)
+    dtype_bytes = memory.bytes_per_param(ctx.dtype)
     need = architecture.param_count(config)["total"] * dtype_bytes
     free = torch.cuda.mem_get_info()[0] if ctx.device.startswith("cuda") else float("inf")
     if need > 0.85 * free:
@@ -321,9 +322,9 @@ def section_model(ctx: Context) -> str:
 
     t0 = time.perf_counter()
     model = build_model(config, ctx.dtype, ctx.device)
-    hardware.synchronize(ctx.device)
+    machine.synchronize(ctx.device)
     params = sum(p.numel() for p in model.parameters())  # tied embeddings counted once
-    weight_bytes = estimates.tensor_bytes(model)
+    weight_bytes = memory.tensor_bytes(model)
     print(f"model         {ctx.config} ({type(model).__name__}), {params / 1e9:.2f} B parameters, "
           f"{weight_bytes / 1e9:.2f} GB in {ctx.dtype}, random weights made on {ctx.device} in "
           f"{time.perf_counter() - t0:.1f} s; attention {model.config._attn_implementation}")
@@ -386,7 +387,7 @@ def section_diffusion(ctx: Context, per_digit: int = 5, steps: int = 25, guidanc
         import diffusers  # noqa: F401
     except ImportError as e:
         raise Skipped(f"diffusers not installed: {e}") from e
-    from . import diffusion, digits
+    from ..media import diffusion, digits
 
     pipe, info = diffusion.load_pipeline("digits-sdxl", device=ctx.device)
     print(f"pipeline      {info['source']} in {info['dtype']} on {info['device']}, "
@@ -432,14 +433,14 @@ def section_timing(ctx: Context, n: int = MATMUL_N, k: int = 10) -> str:
             torch.mm(a, b, out=c)
 
     work()
-    hardware.synchronize(ctx.device)
+    machine.synchronize(ctx.device)
     t0 = time.perf_counter()
     work()
     launch = time.perf_counter() - t0  # the pitfall: the clock is read while the GPU still works
-    hardware.synchronize(ctx.device)
+    machine.synchronize(ctx.device)
     drained = time.perf_counter() - t0
     synced = float(np.median(microbench.time_fn(work, ctx.device, warmup=1, repeats=5)))
-    flops = k * microbench.matmul_flops(n, n, n)
+    flops = k * roofline.matmul_flops(n, n, n)
     ratio = launch / synced
     print(f"no sync       {launch / k * 1e3:8.3f} ms per {n}x{n} {ctx.dtype} matmul "
           f"-> an impossible {flops / launch / 1e12:,.0f} TFLOPS: it timed the kernel launches")

@@ -1,6 +1,6 @@
 import pytest
 
-from labkit import profile as prof
+from labkit import settings as prof
 
 
 def test_default_profile_is_small(monkeypatch):

@@ -33,7 +33,7 @@ class Profile:
     diffusion: str
     diffusion_fast: str
     device: str  # "cpu" or "auto" (CUDA, else MPS, else CPU)
-    llm_dtype: str  # torch dtype name for the LLM, or "auto": what labkit.capability picks for the device
+    llm_dtype: str  # torch dtype name for the LLM, or "auto": what labkit.hardware.capability picks
 
 
 PROFILES: dict[str, Profile] = {

@@ -13,12 +13,12 @@ batching engine: a step costs more with more sequences, so aggregate throughput 
 
 Example::
 
-    from labkit.fakeserver import fake_server
+    from labkit.serving.fakeserver import fake_server
     with fake_server(step_s=0.01, tokens_per_chunk=2) as srv:
         print(srv.url)          # http://127.0.0.1:PORT, OpenAI routes under /v1, Ollama under /api
         srv.opts["fail_every"] = 3   # options can change while it runs
 
-``python -m labkit.fakeserver --port 8011 --step-ms 0`` runs one in the foreground (the overhead
+``python -m labkit.serving.fakeserver --port 8011 --step-ms 0`` runs one in the foreground (the overhead
 benchmark starts it in its own process so it does not share the client's CPU time slice).
 """
 

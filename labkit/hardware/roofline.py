@@ -17,13 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .microbench import matmul_flops
+
+def matmul_flops(m: int, n: int, k: int) -> int:
+    """FLOPs of an (m×k)·(k×n) matmul: one multiply and one add per term, 2·m·n·k."""
+    return 2 * m * n * k
 
 
 def ridge_point(peak_flops: float, bandwidth_bytes_per_s: float) -> float:
     """Ridge point (FLOPs per byte) in SI units: peak FLOP/s ÷ bytes/s, the device's ops:byte ratio
     (the tutorial's H100: 989e12 / 3.35e12 ≈ 295). Catalog entries have
-    ``Accelerator.ops_per_byte(dtype)``; measured TFLOPS and GB/s go to ``microbench.ops_per_byte``."""
+    ``Accelerator.ops_per_byte(dtype)``, which calls this."""
     if peak_flops <= 0 or bandwidth_bytes_per_s <= 0:
         raise ValueError(f"peak_flops and bandwidth must be > 0, got {peak_flops}, {bandwidth_bytes_per_s}")
     return peak_flops / bandwidth_bytes_per_s

@@ -1,7 +1,7 @@
 """Streaming clients that time every token: one interface over a local model, any OpenAI-compatible
 server and Ollama (chapter 02).
 
-Each backend returns a request record (see :mod:`labkit.metrics`) with the arrival time of every
+Each backend returns a request record (see :mod:`labkit.serving.metrics`) with the arrival time of every
 chunk that carried generated text and how many tokens it held, counted from the server's own usage
 figures, never by counting chunks.
 
@@ -18,7 +18,7 @@ figures, never by counting chunks.
 
 Example (any OpenAI-compatible server; ``make serve`` starts the bundled model on port 8000)::
 
-    from labkit import streaming
+    from labkit.serving import streaming
     be = streaming.openai_backend("http://127.0.0.1:8000", model="smollm2")
     rec = streaming.measure(be, "What is the KV cache?", max_tokens=32)
     print(rec["status"], rec["chunks"][:3], rec["output_tokens"])
@@ -518,14 +518,14 @@ def generate_timed(model: Any, tokenizer: Any, prompt: str, max_tokens: int = 32
     """Greedy-generate up to ``max_tokens`` for ``prompt`` and time every token (a request record).
 
     The clock starts before tokenization (a server's TTFT includes it too); a streamer receives
-    each new token and stamps ``time.perf_counter()`` after :func:`labkit.hardware.synchronize`,
+    each new token and stamps ``time.perf_counter()`` after :func:`labkit.hardware.machine.synchronize`,
     so on CUDA/MPS the time is when the token exists, not when its kernel was queued. Batch 1:
     every chunk is exactly one token (``token_source`` "streamer"). ``ignore_eos`` forces exactly
     ``max_tokens`` tokens (``min_new_tokens``)."""
     import torch
     from transformers.generation.streamers import BaseStreamer
 
-    from .hardware import synchronize
+    from ..hardware.machine import synchronize
 
     device = str(model.device)
     rec = new_record("transformers")

@@ -1,12 +1,12 @@
 """Plots for load-test results (chapter 02): TTFT CDF, ITL histogram, and the latency-throughput
-knee. Each takes summaries from :func:`labkit.loadgen.run` (which carry their ``requests``) and
+knee. Each takes summaries from :func:`labkit.serving.loadgen.run` (which carry their ``requests``) and
 returns the matplotlib ``Axes`` it drew on.
 
 Example::
 
-    from labkit import loadgen, metrics_plots
+    from labkit.serving import loadgen, plots
     runs = loadgen.sweep(url, concurrencies=(1, 2, 4, 8), model="smollm2")
-    metrics_plots.plot_knee(runs)
+    plots.plot_knee(runs)
 """
 
 from __future__ import annotations

@@ -6,18 +6,18 @@ x86_64 only). Everything here talks to it as a subprocess: nothing imports vLLM.
 
 Usage::
 
-    from labkit import loadgen
-    from labkit.serve import vllm_available, vllm_server
+    from labkit.serving import loadgen
+    from labkit.serving.vllm import vllm_available, vllm_server
     if vllm_available():
         with vllm_server() as url:            # about 20-40 s until /health answers on 2 CPU cores
             s = loadgen.run(url, n_requests=8, concurrency=4, model="smollm2", max_tokens=32)
             print(s["median_ttft_ms"], s["output_throughput"])
 
-``make serve`` (= ``python -m labkit.serve --port 8000``) runs the same server in the foreground.
+``make serve`` (= ``python -m labkit.serving.vllm --port 8000``) runs the same server in the foreground.
 
 Flags, and why (see :func:`vllm_command` and :func:`vllm_env`):
 
-* ``--dtype``: what :func:`labkit.capability.compute_dtype` picks for this CPU, and the bundled
+* ``--dtype``: what :func:`labkit.hardware.capability.compute_dtype` picks for this CPU, and the bundled
   model's folder converted to it: bfloat16 where the CPU has native bf16 (AVX-512 BF16/AMX),
   float32 elsewhere. On an AVX2-only CPU vLLM served bf16 at 9 tok/s at both concurrency 1 and 4
   (no batching gain: every step was compute-bound on emulated bf16); fp32 gave 16 and 37 tok/s.
@@ -50,8 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-VLLM_VENV = ROOT / ".venv-vllm"
+from ..paths import REPO
+
+VLLM_VENV = REPO / ".venv-vllm"
 SERVED_NAME = "smollm2"
 
 
@@ -112,9 +113,10 @@ def _hand_threads(threads: int | None) -> bool:
 
 
 def served_dtype() -> str:
-    """The dtype vLLM serves the bundled model in on this CPU: :func:`labkit.capability.compute_dtype`
+    """The dtype vLLM serves the bundled model in on this CPU:
+    :func:`labkit.hardware.capability.compute_dtype`
     (``bfloat16`` with native bf16, else ``float32``)."""
-    from .capability import compute_dtype
+    from ..hardware.capability import compute_dtype
 
     return compute_dtype("cpu")
 
@@ -182,12 +184,12 @@ def start_vllm(model_dir: str | Path | None = None, port: int | None = None, ser
         raise RuntimeError(unavailable_reason())
     dtype = dtype or served_dtype()
     if model_dir is None:
-        from .models import llm_dir
+        from ..models import llm_dir
 
         model_dir = llm_dir(dtype)
     port = port or free_port()
     if log_path is None:
-        from .profile import cache_dir
+        from ..settings import cache_dir
 
         log_path = cache_dir() / f"vllm-{port}.log"
     log_path = Path(log_path)
@@ -196,7 +198,7 @@ def start_vllm(model_dir: str | Path | None = None, port: int | None = None, ser
         log.write(" ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=vllm_env(threads, kv_cache_gib), cwd=ROOT, start_new_session=True)
+                                env=vllm_env(threads, kv_cache_gib), cwd=REPO, start_new_session=True)
     server = Server(url=f"http://127.0.0.1:{port}", pid=proc.pid, log=log_path, model=served_name, proc=proc,
                     dtype=dtype)
     try:
@@ -276,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if not vllm_available():
         print(f"error: {unavailable_reason()}", file=sys.stderr)
         return 1
-    from .models import llm_dir
+    from ..models import llm_dir
 
     dtype = served_dtype()
     cmd = vllm_command(llm_dir(dtype), a.port, max_model_len=a.max_model_len, dtype=dtype)

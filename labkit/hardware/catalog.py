@@ -96,6 +96,6 @@ ACCELERATORS: dict[str, Accelerator] = {
 
 def this_machine(name: str, memory_bytes: float, bandwidth_bytes_per_s: float,
                  tflops: dict[str, float]) -> Accelerator:
-    """An entry for the machine you run on, from figures measured by :mod:`labkit.microbench`."""
+    """An entry for the machine you run on, from figures measured by :mod:`labkit.hardware.microbench`."""
     return Accelerator(f"{name} (measured here)", memory_bytes, bandwidth_bytes_per_s, dict(tflops),
-                       "measured by labkit.microbench on this machine", "measured, not a datasheet")
+                       "measured by labkit.hardware.microbench on this machine", "measured, not a datasheet")

@@ -124,8 +124,8 @@ def load_pipeline(
     import torch
     from diffusers import StableDiffusionXLPipeline
 
-    from .hardware import resolve_device, synchronize
-    from .profile import profile
+    from ..hardware.machine import resolve_device, synchronize
+    from ..settings import profile
 
     p = profile()
     name = name or p.diffusion
@@ -186,7 +186,7 @@ def generate(
     """
     import torch
 
-    from .hardware import synchronize
+    from ..hardware.machine import synchronize
 
     device = str(pipe.device)
     if guidance_scale > 1 and cfg_step_count(steps, cfg_fraction) == 0:

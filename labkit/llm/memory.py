@@ -46,11 +46,6 @@ def fits(params: float, dtype: str, memory_bytes: float, overhead: float = 1.2) 
     return weight_bytes(params, dtype) * overhead <= memory_bytes
 
 
-def min_gpus(params: float, dtype: str, gpu_memory_bytes: float, overhead: float = 1.8) -> int:
-    """The tutorial's estimate: ceil(params × bytes/param × 1.8 ÷ memory per GPU)."""
-    return math.ceil(weight_bytes(params, dtype) * overhead / gpu_memory_bytes)
-
-
 def fit_table(memory_bytes: float, models: dict[str, float],
               dtypes: tuple[str, ...] = ("fp32", "bf16", "int8", "q4_k_m"),
               overhead: float = 1.2) -> list[dict]:

@@ -21,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from ..paths import DATA
+
 SAMPLE_RATE = 16_000  # Hz; Whisper resamples every input to this
 WINDOW_S = 30.0  # seconds of audio the encoder always processes (shorter clips are padded)
 MIN_CHUNK_S = 0.25  # shortest chunk worth sending on its own
 REALTIME_TARGET_S = 0.200  # the tutorial's round-trip latency target per streamed chunk
-AUDIO_DIR = Path(__file__).resolve().parent.parent / "data" / "audio"
+AUDIO_DIR = DATA / "audio"
 # Decoding options for clean comparisons: greedy temperature only (no fallback re-decodes),
 # no timestamp tokens (with them faster-whisper sometimes decodes a second window), English.
 CLEAN = dict(without_timestamps=True, temperature=0.0, language="en", condition_on_previous_text=False)
@@ -61,8 +63,8 @@ def load_whisper(
     ``large-v3`` (full profile, downloads); default the profile's ``whisper``."""
     from faster_whisper import WhisperModel
 
-    from .models import whisper_dir
-    from .profile import profile
+    from ..models import whisper_dir
+    from ..settings import profile
 
     name = name or profile().whisper
     dev, default_ct, note = whisper_device(device)

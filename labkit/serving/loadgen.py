@@ -3,16 +3,16 @@
 
 Usage (chapter 05 uses the same two calls)::
 
-    from labkit import loadgen
+    from labkit.serving import loadgen
     s = loadgen.run("http://127.0.0.1:8000", n_requests=16, concurrency=4, model="smollm2",
                     max_tokens=32, ignore_eos=True)
     print(s["median_ttft_ms"], s["p99_itl_ms"], s["output_throughput"], s["status_counts"])
     rows = loadgen.sweep("http://127.0.0.1:8000", concurrencies=(1, 2, 4, 8), model="smollm2")
 
-``run`` returns :func:`labkit.metrics.summarize`'s dict (vLLM-style keys such as ``p50_ttft_ms``,
+``run`` returns :func:`labkit.serving.metrics.summarize`'s dict (vLLM-style keys such as ``p50_ttft_ms``,
 ``p99_itl_ms``, ``output_throughput``) plus the run's settings and ``requests``, the list of request
 records (kept in memory, not in the summary file). ``target`` is a base URL (an OpenAI-compatible
-server; ``endpoint="completions"`` for ``/v1/completions``) or any :class:`labkit.streaming.Backend`
+server; ``endpoint="completions"`` for ``/v1/completions``) or any :class:`labkit.serving.streaming.Backend`
 (Ollama, an in-process transformers model).
 
 * Closed loop (``rate=None``): ``concurrency`` requests in flight at all times, a new one sent as
@@ -30,20 +30,18 @@ server; ``endpoint="completions"`` for ``/v1/completions``) or any :class:`labki
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..paths import DATA
 from . import metrics
 from .streaming import Backend, ServerError, openai_backend, run_sync
 
-ROOT = Path(__file__).resolve().parent.parent
-PROMPTS_DIR = ROOT / "data" / "prompts"
+PROMPTS_DIR = DATA / "prompts"
 
 
 def load_prompts(name: str = "mixed") -> list[dict[str, Any]]:
@@ -279,18 +277,24 @@ def run(target: str | Backend, n_requests: int = 16, concurrency: int | None = 1
     return s
 
 
+def default_requests(concurrency: int) -> int:
+    """Requests a closed-loop level sends by default: ``max(8, 2 × concurrency)``, so every slot is
+    refilled at least once and a percentile is over at least 8 requests."""
+    return max(8, 2 * concurrency)
+
+
 def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8),
           n_requests: int | Mapping[int, int] | None = None, warmup: int = 1,
           **kwargs: Any) -> list[dict[str, Any]]:
     """:func:`run` at each concurrency in turn (closed loop); ``n_requests`` is one count for every
-    level or a concurrency -> count mapping, defaulting to ``max(8, 2 * concurrency)``; only the
+    level or a concurrency -> count mapping, defaulting to :func:`default_requests`; only the
     first level warms up. A list of summaries."""
     out = []
     for i, c in enumerate(concurrencies):
         if isinstance(n_requests, Mapping):
-            n = n_requests.get(c) or max(8, 2 * c)
+            n = n_requests.get(c) or default_requests(c)
         else:
-            n = n_requests or max(8, 2 * c)
+            n = n_requests or default_requests(c)
         out.append(run(target, n, c, warmup=warmup if i == 0 else 0, check=(i == 0), **kwargs))
     return out
 
@@ -303,97 +307,3 @@ def knee_table(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
              "p50_tpot_ms": s["p50_tpot_ms"], "p99_tpot_ms": s["p99_tpot_ms"],
              "p99_e2el_ms": s["p99_e2el_ms"], "per_user_tok_s": s["median_tps"],
              "completed": s["completed"], "failed": s["failed"]} for s in summaries]
-
-
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Plain-text table of :func:`knee_table` rows."""
-    if not rows:
-        return "(no rows)"
-    keys = list(rows[0])
-    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)
-    cells = [[fmt(r[k]) for k in keys] for r in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths, strict=True))
-    return "\n".join([line(keys)] + [line(c) for c in cells])
-
-
-# --- `labkit bench` ------------------------------------------------------------------------------
-
-
-def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``labkit bench`` (see ``labkit bench --help``)."""
-    p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
-                   "(or the Ollama host with --backend ollama-*)")
-    p.add_argument("--vllm", action="store_true", help="start the bundled model with vLLM for the run")
-    p.add_argument("--backend", default="openai-chat",
-                   choices=["openai-chat", "openai-completions", "ollama-generate", "ollama-chat"])
-    p.add_argument("--model", help="served model name (default: the only one the server lists)")
-    p.add_argument("-n", "--requests", type=int, default=16, help="requests per concurrency level")
-    p.add_argument("-c", "--concurrency", type=int, nargs="+", default=[1],
-                   help="closed loop: requests in flight; several values run a sweep")
-    p.add_argument("--rate", type=float, help="open loop: requests per second (Poisson by default)")
-    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of arrival gaps (1 = Poisson)")
-    p.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight")
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens (vLLM, SGLang)")
-    p.add_argument("--synthetic", nargs=2, type=int, metavar=("INPUT", "OUTPUT"),
-                   help="synthetic prompts of about INPUT tokens asking OUTPUT tokens")
-    p.add_argument("--range-ratio", type=float, default=0.0, help="spread of synthetic lengths, 0..1")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    p.add_argument("--max-duration", type=float, help="stop sending after this many seconds")
-    p.add_argument("--slo-ttft-ms", type=float)
-    p.add_argument("--slo-tpot-ms", type=float)
-    p.add_argument("--slo-e2el-ms", type=float)
-    p.add_argument("--out", default="build/bench", help="folder for LABEL.jsonl and LABEL.json")
-    p.add_argument("--no-progress", action="store_true")
-
-
-def bench_cli(a: argparse.Namespace) -> int:
-    """``labkit bench``: run, print a report per level and the knee table; 1 on any error."""
-    import contextlib
-
-    from .streaming import ollama_backend
-
-    slo = {k: v for k, v in (("ttft_ms", a.slo_ttft_ms), ("tpot_ms", a.slo_tpot_ms),
-                             ("e2el_ms", a.slo_e2el_ms)) if v is not None} or None
-    prompts = None
-    if a.synthetic:
-        prompts = synthetic_requests(a.requests, a.synthetic[0], a.synthetic[1], a.range_ratio)
-    if not (a.base_url or a.vllm):
-        print("error: pass --base-url URL (any OpenAI-compatible server, or Ollama with --backend "
-              "ollama-generate) or --vllm to start the bundled model", file=sys.stderr)
-        return 1
-    with contextlib.ExitStack() as stack:
-        try:
-            url = a.base_url
-            if a.vllm:
-                from .serve import SERVED_NAME, vllm_server
-
-                print("starting vLLM (bundled model) ...", flush=True)
-                url = stack.enter_context(vllm_server())
-                a.model = a.model or SERVED_NAME
-            target: str | Backend = url
-            if a.backend.startswith("ollama"):
-                if not a.model:
-                    print("error: --model is required with an Ollama backend", file=sys.stderr)
-                    return 1
-                target = ollama_backend(a.model, host=url, endpoint=a.backend.split("-")[1],
-                                        timeout_s=a.timeout)
-            common = dict(model=a.model, max_tokens=a.max_tokens, prompts=prompts, slo=slo, out=a.out,
-                          progress=not a.no_progress, max_duration_s=a.max_duration, timeout_s=a.timeout,
-                          endpoint=a.backend.split("-")[1], ignore_eos=a.ignore_eos)
-            if a.rate is not None:
-                runs = [run(target, a.requests, a.max_concurrency, rate=a.rate, burstiness=a.burstiness,
-                            warmup=a.warmup, **common)]
-            else:
-                runs = sweep(target, a.concurrency, n_requests=a.requests, warmup=a.warmup, **common)
-        except (ServerError, ValueError, RuntimeError, FileNotFoundError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-    for s in runs:
-        print(metrics.format_report(s, title=f"== {s['label']} ({s['backend']})"))
-        print(f"files        {s.get('jsonl')}  {s.get('summary_json')}\n")
-    if len(runs) > 1:
-        print(format_table(knee_table(runs)))
-    return 0 if all(s["accounted"] for s in runs) else 1

@@ -11,13 +11,11 @@ counted the minimal way (each input read once, each output written once).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 
-from .hardware import synchronize
-from .microbench import interleaved_times
+from ..hardware.microbench import interleaved_times, timed
 
 
 def scale_bytes(numel: int, element_size: int, passes: int) -> int:
@@ -98,11 +96,7 @@ def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
     except Exception:  # noqa: BLE001 - counters are internal; the figure is informative only
         counters, hits_before = None, 0
-    synchronize(device)
-    t0 = time.perf_counter()
-    compiled(x)
-    synchronize(device)
-    compile_s = time.perf_counter() - t0
+    compile_s = timed(lambda: compiled(x), device)[1]
     hits = counters["inductor"]["fxgraph_cache_hit"] - hits_before if counters is not None else 0
     times = interleaved_times({"eager": lambda: fn(x), "compiled": lambda: compiled(x)}, device,
                               repeats=repeats)

@@ -2,7 +2,7 @@
 (chapters 00 and 04).
 
 GPU calls return before the work is done, so every timer here calls
-:func:`labkit.hardware.synchronize` before starting and before stopping the clock. A timer that
+:func:`labkit.hardware.machine.synchronize` before starting and before stopping the clock. A timer that
 forgets ``torch.cuda.synchronize()`` / ``torch.mps.synchronize()`` measures how fast Python can
 queue kernels, not how fast the GPU runs them.
 """
@@ -11,10 +11,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
-from . import hardware
+from . import machine
+from .roofline import matmul_flops
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T], device: str = "cpu") -> tuple[T, float]:
+    """Run ``fn`` once: ``(its result, seconds)``, with the device synchronized before the clock
+    starts and before it stops. Every timer in the lab goes through here."""
+    machine.synchronize(device)
+    t0 = time.perf_counter()
+    out = fn()
+    machine.synchronize(device)
+    return out, time.perf_counter() - t0
 
 
 def interleaved_times(fns: dict[str, Callable[[], object]], device: str = "cpu", repeats: int = 7,
@@ -31,11 +45,7 @@ def interleaved_times(fns: dict[str, Callable[[], object]], device: str = "cpu",
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            hardware.synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            hardware.synchronize(device)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(timed(fn, device)[1])
     return {name: np.asarray(t) for name, t in times.items()}
 
 
@@ -64,11 +74,6 @@ def memory_bandwidth(device: str = "cpu", nbytes: int = 256 * 2**20, repeats: in
             "bytes": moved, "seconds": med}
 
 
-def matmul_flops(m: int, n: int, k: int) -> int:
-    """FLOPs of an (m×k)·(k×n) matmul: one multiply and one add per term, 2·m·n·k."""
-    return 2 * m * n * k
-
-
 def matmul_tflops(device: str = "cpu", dtype: str = "float32", n: int = 1024, repeats: int = 5) -> dict:
     """Time an n×n by n×n matmul in ``dtype``; return ``{"tflops": from the median run,
     "tflops_best", "n", "seconds": median, "flops"}`` (TFLOPS = 1e12 FLOP/s)."""
@@ -93,11 +98,3 @@ def matmul_dtypes(device: str) -> list[str]:
     if device.startswith("mps"):
         return ["float32", "float16"]
     return ["float32", "bfloat16"]
-
-
-def ops_per_byte(tflops: float, gbps: float) -> float:
-    """Ridge point from measured figures in TFLOPS and GB/s (:func:`labkit.roofline.ridge_point`
-    in SI units). Below it a kernel is memory-bound (chapter 04)."""
-    from .roofline import ridge_point
-
-    return ridge_point(tflops * 1e12, gbps * 1e9)

@@ -12,7 +12,6 @@ In the style of gpt-fast: functions over a dict of tensors, no framework.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..hardware.microbench import timed
+from .architecture import head_dim, kv_heads
 from .attention import attention
-from .hardware import synchronize
 
 Weights = dict[str, torch.Tensor]
 Cache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -53,8 +53,8 @@ def config_from_dict(c: dict[str, Any]) -> Config:
         dim=c["hidden_size"],
         n_layers=c["num_hidden_layers"],
         n_heads=c["num_attention_heads"],
-        n_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
-        head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+        n_kv_heads=kv_heads(c),
+        head_dim=head_dim(c),
         ffn_dim=c["intermediate_size"],
         vocab_size=c["vocab_size"],
         rope_theta=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
@@ -111,6 +111,22 @@ def cache_len(cache: Cache | None) -> int:
     return cache[0][0].shape[2] if cache else 0
 
 
+def qkv(w: Weights, cfg: Config, layer: int, h: torch.Tensor, cos: torch.Tensor,
+        sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries ``(B, heads, T, head_dim)``, keys and values ``(B, kv_heads, T, head_dim)`` of layer
+    ``layer`` for its normalised input ``h`` ``(B, T, dim)``: the three projections, Qwen3's
+    per-head RMSNorm on q and k where the weights have it, then RoPE on q and k (chapter 03)."""
+    b, t, _ = h.shape
+    p = f"model.layers.{layer}.self_attn."
+    q = _linear(h, w, p + "q_proj").view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+    k = _linear(h, w, p + "k_proj").view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+    v = _linear(h, w, p + "v_proj").view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+    if p + "q_norm.weight" in w:  # Qwen3: RMSNorm over each head's query and key
+        q = rms_norm(q, w[p + "q_norm.weight"], cfg.norm_eps)
+        k = rms_norm(k, w[p + "k_norm.weight"], cfg.norm_eps)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
 def forward(
     w: Weights,
     cfg: Config,
@@ -133,13 +149,7 @@ def forward(
     for i in range(cfg.n_layers):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.norm_eps)
-        q = _linear(h, w, p + "self_attn.q_proj").view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)
-        k = _linear(h, w, p + "self_attn.k_proj").view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        v = _linear(h, w, p + "self_attn.v_proj").view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        if p + "self_attn.q_norm.weight" in w:  # Qwen3: RMSNorm over each head's query and key
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg.norm_eps)
-            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg.norm_eps)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = qkv(w, cfg, i, h, cos, sin)
         if cache is not None:
             if len(cache) > i:
                 k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
@@ -178,19 +188,15 @@ def generate(
     Returns ``{"tokens": list[int] (new tokens), "prefill_s": float (first forward: the whole
     prompt, gives the first token), "step_s": list[float] (each later forward, seconds)}``.
     Without a cache every step re-runs the whole sequence so far; with one it feeds one token.
-    ``pick`` turns logits into the next token (greedy by default; see :mod:`labkit.sampling`).
+    ``pick`` turns logits into the next token (greedy by default; see :mod:`labkit.llm.sampling`).
     """
     device = prompt.device
     cache: Cache | None = [] if use_cache else None
     seq, new, times = prompt, [], []
     for step in range(max_new_tokens):
         feed = seq if (step == 0 or cache is None) else seq[:, -1:]
-        synchronize(str(device))
-        t0 = time.perf_counter()
-        logits = forward(w, cfg, feed, cache)
-        nxt = pick(logits)
-        synchronize(str(device))
-        times.append(time.perf_counter() - t0)
+        nxt, seconds = timed(lambda feed=feed: pick(forward(w, cfg, feed, cache)), str(device))
+        times.append(seconds)
         new.append(int(nxt))
         seq = torch.cat([seq, nxt.view(1, 1).to(device)], dim=1)
         if eos_id is not None and new[-1] == eos_id:
@@ -234,9 +240,5 @@ def decode_step_seconds(
     device, out = tokens.device, []
     for i in range(start, start + steps):
         feed = tokens[:, i:i + 1] if cache is not None else tokens[:, :i + 1]
-        synchronize(str(device))
-        t0 = time.perf_counter()
-        greedy(forward(w, cfg, feed, cache))
-        synchronize(str(device))
-        out.append(time.perf_counter() - t0)
+        out.append(timed(lambda feed=feed: greedy(forward(w, cfg, feed, cache)), str(device))[1])
     return out

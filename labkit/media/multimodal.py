@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .estimates import bytes_per_param, weight_bytes
-from .kvcache import kv_cache_bytes_for_config
-from .roofline import decode_ceiling_tokens_per_s
+from ..hardware.roofline import decode_ceiling_tokens_per_s
+from ..llm.kvcache import kv_cache_bytes_for_config
+from ..llm.memory import bytes_per_param, weight_bytes
 
 IMAGE_TOKENS = 1000  # tokens per image after the vision encoder (the tutorial's round figure)
 VISION_ENCODER_PARAMS = 2e9  # "typically ~2B parameters" (tutorial); weights the GPU must also hold

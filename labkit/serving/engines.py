@@ -4,8 +4,8 @@
 uses) with where each runs; :func:`available_here` says which of them this machine can run now.
 :func:`compare` puts measured load-generator summaries of several engines in one table:
 single-stream decode speed (tokens/s a user sees) and aggregate throughput (tokens/s the
-machine produces for everyone). Measuring is :mod:`labkit.loadgen`'s job; serving is
-:mod:`labkit.serve`'s.
+machine produces for everyone). Measuring is :mod:`labkit.serving.loadgen`'s job; serving is
+:mod:`labkit.serving.vllm`'s.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ ENGINES: list[dict[str, str]] = [
 
 def available_here() -> dict[str, str]:
     """Engine name -> what this machine can do with it right now, in words (nothing is started)."""
-    from .serve import unavailable_reason, vllm_available
     from .streaming import ollama_available
+    from .vllm import unavailable_reason, vllm_available
 
     def has(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
@@ -68,27 +68,17 @@ def available_here() -> dict[str, str]:
 
 def compare(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per run: ``rows`` maps a label ("vLLM, concurrency 8") to a summary from
-    :func:`labkit.metrics.summarize` (or :mod:`labkit.loadgen`). Each row has ``run``,
+    :func:`labkit.serving.metrics.summarize` (or :mod:`labkit.serving.loadgen`). Each row has ``run``,
     ``concurrency``, ``requests``, ``single_stream_tps`` (mean decode tokens/s of one request
     after its first token), ``aggregate_tps`` (all output tokens ÷ wall seconds of the run),
     ``median_ttft_ms`` and ``duration_s``."""
     out = []
     for label, s in rows.items():
-        out.append({"run": label, "concurrency": s.get("concurrency", s.get("max_concurrency")),
+        out.append({"run": label, "concurrency": s["concurrency"],
                     "requests": s["completed"], "single_stream_tps": s["median_tps"],
                     "aggregate_tps": s["output_throughput"], "median_ttft_ms": s["median_ttft_ms"],
                     "duration_s": s["duration"]})
     return out
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """Text table of :func:`compare`'s rows."""
-    lines = [f"{'run':<34}{'conc.':>6}{'reqs':>6}{'stream tok/s':>14}{'aggregate tok/s':>17}{'TTFT ms':>9}"]
-    for r in rows:
-        conc = "-" if r["concurrency"] is None else str(r["concurrency"])
-        lines.append(f"{r['run']:<34}{conc:>6}{r['requests']:>6}{r['single_stream_tps']:>14.1f}"
-                     f"{r['aggregate_tps']:>17.1f}{r['median_ttft_ms']:>9.0f}")
-    return "\n".join(lines)
 
 
 # --- measuring ----------------------------------------------------------------------------------
@@ -108,7 +98,7 @@ def short_prompts(n: int = 8) -> list[str]:
 def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
                          prompts: Sequence[str] | None = None, max_tokens: int = 32) -> dict[str, Any]:
     """transformers ``generate``, one request after another (it has no scheduler to batch
-    requests that arrive separately), through :func:`labkit.loadgen.run` with exactly
+    requests that arrive separately), through :func:`labkit.serving.loadgen.run` with exactly
     ``max_tokens`` tokens per request. A load-generator summary (``median_tps``,
     ``output_throughput`` in tokens/s, ``median_ttft_ms``...)."""
     from .loadgen import run
@@ -122,13 +112,13 @@ def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
 def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
                    n_requests: dict[int, int] | None = None, prompts: Sequence[str] | None = None,
                    max_tokens: int = 32) -> dict[int, dict[str, Any]]:
-    """Closed-loop runs of :func:`labkit.loadgen.run` against an OpenAI-compatible server at each
-    concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
-    concurrency -> requests (default ``max(4, 2 × concurrency)``). One warm-up request before the
-    first run. Returns concurrency -> summary."""
-    from .loadgen import sweep
+    """Closed-loop runs of :func:`labkit.serving.loadgen.run` against an OpenAI-compatible server at
+    each concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
+    concurrency -> requests (default :func:`labkit.serving.loadgen.default_requests`). One warm-up
+    request before the first run. Returns concurrency -> summary."""
+    from .loadgen import default_requests, sweep
 
-    counts = {c: (n_requests or {}).get(c, max(4, 2 * c)) for c in concurrencies}
+    counts = {c: (n_requests or {}).get(c) or default_requests(c) for c in concurrencies}
     prompts = list(prompts or short_prompts(max(counts.values())))
     runs = sweep(url, concurrencies, counts, model=model, prompts=prompts, max_tokens=max_tokens,
                  ignore_eos=True, progress=False)
@@ -138,11 +128,11 @@ def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
 def measure_vllm(concurrencies: Sequence[int] = (1, 8), n_requests: dict[int, int] | None = None,
                  prompts: Sequence[str] | None = None, max_tokens: int = 32,
                  **server_kwargs: Any) -> tuple[dict[int, dict[str, Any]], float]:
-    """Start the vLLM CPU server (:func:`labkit.serve.start_vllm`, the bundled model in
-    :func:`labkit.serve.served_dtype` by default), run :func:`measure_server`, stop it. Returns
+    """Start the vLLM CPU server (:func:`labkit.serving.vllm.start_vllm`, the bundled model in
+    :func:`labkit.serving.vllm.served_dtype` by default), run :func:`measure_server`, stop it. Returns
     (concurrency -> summary, seconds the server took to become ready). ``RuntimeError`` saying why
     when vLLM cannot run here."""
-    from .serve import start_vllm, stop
+    from .vllm import start_vllm, stop
 
     server = start_vllm(**server_kwargs)
     try:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import DATA
+
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 SIZE = 16  # pixels per side of the images the pipeline draws (the 8x8 digits upsampled 2x)
-ROOT = Path(__file__).resolve().parent.parent
-DIGITS_DIR = ROOT / "data" / "digits-sdxl"
+DIGITS_DIR = DATA / "digits-sdxl"
 CLASSIFIER_FILE = "classifier.safetensors"
 # Prompt templates used in training; the first is the one the chapter asks with.
 TEMPLATES = ("a handwritten digit {word}", "the digit {word}", "a handwritten {num}", "number {word}")

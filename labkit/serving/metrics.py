@@ -3,7 +3,7 @@
 Definitions follow vLLM's ``vllm bench serve`` (``vllm/benchmarks/serve.py``), the tool the field
 treats as the reference; where other tools differ it is said next to the definition.
 
-A *request record* is the plain dict every backend in :mod:`labkit.streaming` returns::
+A *request record* is the plain dict every backend in :mod:`labkit.serving.streaming` returns::
 
     {"status": "ok",                # or http_error, timeout, broken_stream, connect_error, error
      "error": None,                 # what went wrong, in words
@@ -18,7 +18,7 @@ many records into a vLLM-style summary dict (``median_ttft_ms``, ``p99_itl_ms``,
 
 Example::
 
-    from labkit import metrics
+    from labkit.serving import metrics
     rec = {"status": "ok", "t_sent": 0.0, "t_end": 0.5, "chunks": [[0.2, 1], [0.3, 1], [0.5, 2]],
            "output_tokens": 4}
     metrics.request_metrics(rec)   # ttft_s 0.2, e2e_s 0.5, tpot_s 0.1, itl_s [0.1, 0.1, 0.1]
@@ -34,13 +34,6 @@ from typing import Any
 
 STATUSES = ("ok", "http_error", "timeout", "broken_stream", "connect_error", "error")
 PERCENTILES = (50, 90, 99)
-#: The per-request figures a summary reports, and what they are in seconds.
-FIGURES = {
-    "ttft": "time to first token: request sent -> first generated token received",
-    "tpot": "time per output token after the first: (E2E - TTFT) / (output tokens - 1)",
-    "itl": "inter-token latency: each gap between tokens, a chunk's gap shared among its tokens",
-    "e2el": "end-to-end latency: request sent -> last generated token received",
-}
 NAN = float("nan")
 
 
@@ -215,6 +208,21 @@ def format_report(s: dict[str, Any], title: str = "") -> str:
         lines.append(f"warning      {s['output_tokens_unknown']} requests with unknown token counts "
                      "(no usage from the server and no tokenizer): TPOT/ITL leave them out")
     return "\n".join(lines)
+
+
+def format_rows(rows: Sequence[dict[str, Any]]) -> str:
+    """Plain-text table of result rows (dicts with the same keys; the keys are the header): floats
+    to one decimal, text left-aligned, numbers right-aligned. Chapters 02 and 05."""
+    if not rows:
+        return "(no rows)"
+    keys = list(rows[0])
+    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)
+    cells = [[fmt(r[k]) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    left = [isinstance(rows[0][k], str) for k in keys]
+    line = lambda vals: "  ".join(v.ljust(w) if lj else v.rjust(w)
+                                  for v, w, lj in zip(vals, widths, left, strict=True))
+    return "\n".join([line(keys)] + [line(c) for c in cells])
 
 
 # --- Counting tokens per chunk -------------------------------------------------------------

@@ -1,0 +1,29 @@
+"""Where the lab's files are: the checkout that holds ``labkit/``, its ``data/`` and ``notebooks/``
+(every chapter reads shipped data through here).
+
+``data/`` ships with the repository, not inside the ``labkit`` package: an editable install
+(``make setup``) finds it next to the package. ``$LABKIT_DATA`` points elsewhere (a copy of the
+folder, for a non-editable install); :func:`data` says how to get it when it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("LABKIT_DATA") or REPO / "data")
+NOTEBOOKS = REPO / "notebooks"
+
+
+def data(*parts: str) -> Path:
+    """``data/<parts>``; ``FileNotFoundError`` saying how to get the folder when it is missing."""
+    path = DATA.joinpath(*parts)
+    if not path.exists():
+        if not DATA.is_dir():
+            raise FileNotFoundError(
+                f"the lab's data folder is not at {DATA}: labkit was installed without its repository. "
+                "Clone the lab and `pip install -e .` from it (or `make setup`), or set LABKIT_DATA "
+                "to a copy of its data/ folder")
+        raise FileNotFoundError(f"{path} is missing from the lab's data folder {DATA}")
+    return path

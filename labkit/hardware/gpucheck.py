@@ -193,7 +193,7 @@ def compute_dtype(device: str = DEVICE) -> tuple[str, str]:
     except Exception as e:  # noqa: BLE001 - absent or broken: fall back to torch's own answer
         import torch
 
-        dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        dtype = "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float16"
         return dtype, (f"SKIP labkit.hardware.capability not available ({type(e).__name__}: {e}); "
                        f"compute dtype {dtype} from torch.cuda.is_bf16_supported()")
 

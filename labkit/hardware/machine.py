@@ -102,7 +102,7 @@ def detect() -> dict[str, Any]:
             "memory_bytes": props.total_memory,  # the tutorial's `total_mem` does not exist
             "compute_capability": f"{cc[0]}.{cc[1]}",
             "multiprocessors": props.multi_processor_count,
-            "bf16": torch.cuda.is_bf16_supported(),
+            "bf16": torch.cuda.is_bf16_supported(including_emulation=False),
             "fp8": cc >= (8, 9),
             "count": torch.cuda.device_count(),
         }

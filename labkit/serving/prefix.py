@@ -1,0 +1,127 @@
+"""Prefix caching on a real server: vLLM's hit vs miss TTFT, and its hit rate from ``/metrics``
+(chapter 06).
+
+vLLM caches prefixes by default (``--enable-prefix-caching``): the KV blocks of a prompt are kept
+under a hash of every token up to them, so a later prompt that starts with the same tokens reuses
+those blocks and prefills only the rest. It matches whole blocks (16 tokens on GPUs, 128 in the
+CPU build), so a shared part shorter than a block is never a hit.
+
+:func:`prompts` builds requests that share one long prefix (hits once it is cached) and requests of
+the same length whose prefixes all differ from the first token (misses). :func:`hit_vs_miss`
+sends them one at a time, alternating, through :func:`labkit.serving.loadgen.run` against the
+completions endpoint (no chat template: the prompt's tokens are exactly the ones cached), and
+reads the hit rate of each kind from the prefix-cache counters, whose names
+:func:`prefix_metric_names` finds in what the server exports rather than assuming them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import loadgen
+
+# A system prompt long enough to fill several cache blocks; numbered rules keep it plain text.
+_RULE = ("Rule {k}: answer in plain words, quote the manual section {k} you relied on, say when the manual "
+         "is silent, and never guess a figure.")
+
+
+def prefix_metric_names(metrics: dict[str, float] | str) -> dict[str, str]:
+    """The prefix-cache counters in a ``/metrics`` scrape (a dict of sample names, as
+    :func:`labkit.serving.vllm.scrape_metrics` returns, or the raw exposition text):
+    ``{"hits": name, "queries": name}`` (tokens found in the cache / tokens looked up), e.g.
+    ``vllm:prefix_cache_hits_total`` in vLLM 0.32, ``vllm:gpu_prefix_cache_hits_total`` in early V1
+    releases; or ``{"rate": name}`` where only a hit-rate gauge exists (vLLM V0). Counters for
+    external (connector) and multimodal caches are skipped. ``KeyError`` listing what is there."""
+    names = list(samples(metrics) if isinstance(metrics, str) else metrics)
+    local = [n for n in names if "prefix_cache" in n and "external" not in n and not n.endswith("_created")]
+
+    def pick(word: str) -> str | None:
+        found = [n for n in local if n.rsplit(":", 1)[-1].split("prefix_cache_", 1)[-1].startswith(word)]
+        return min(found, key=lambda n: (not n.endswith("_total"), len(n))) if found else None
+
+    hits, queries = pick("hits"), pick("queries")
+    if hits and queries:
+        return {"hits": hits, "queries": queries}
+    rate = pick("hit_rate")
+    if rate:
+        return {"rate": rate}
+    raise KeyError(f"no prefix-cache counters among the exported metrics; names with 'prefix': "
+                   f"{sorted(n for n in names if 'prefix' in n)}")
+
+
+def samples(text: str) -> dict[str, float]:
+    """Prometheus exposition text as ``{sample name: value}``, summed over label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[s.name] = out.get(s.name, 0.0) + float(s.value)
+    return out
+
+
+def hit_rate(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Prefix-cache hits, queries (tokens) and their ratio between two scrapes."""
+    names = prefix_metric_names(after)
+    if "rate" in names:
+        return {"hits": float("nan"), "queries": float("nan"), "rate": after[names["rate"]]}
+    hits = after[names["hits"]] - before.get(names["hits"], 0.0)
+    queries = after[names["queries"]] - before.get(names["queries"], 0.0)
+    return {"hits": hits, "queries": queries, "rate": hits / queries if queries else float("nan")}
+
+
+def shared_text(tokenizer: Any, n_tokens: int) -> str:
+    """A support-desk system prompt cut to ``n_tokens`` tokens of ``tokenizer`` (at most ~40,000)."""
+    for n_rules in (100, 400, 1500):
+        ids = tokenizer(" ".join(_RULE.format(k=k) for k in range(1, n_rules + 1)),
+                        add_special_tokens=False)["input_ids"]
+        if len(ids) >= n_tokens:
+            return tokenizer.decode(ids[:n_tokens])
+    raise ValueError(f"n_tokens={n_tokens} is more than the shared text holds ({len(ids)} tokens)")
+
+
+def prompts(tokenizer: Any, shared_tokens: int = 512, n: int = 3) -> dict[str, Any]:
+    """``{"shared": text, "warmup": prompt, "hit": [n prompts], "miss": [n prompts]}``: hit prompts
+    are the shared text (cut at ``shared_tokens`` tokens by ``tokenizer``) plus a short question;
+    miss prompts put a distinct number first (their first token differs), so no block matches
+    anything cached, and are as long."""
+    shared = shared_text(tokenizer, shared_tokens)
+    question = "\n\nCustomer {i}: my order number {i}{i} has not arrived; what should I do next?\nAnswer:"
+    return {"shared": shared, "warmup": shared + question.format(i=99),
+            "hit": [shared + question.format(i=i) for i in range(n)],
+            "miss": [f"{i}{i}{i}: " + shared + question.format(i=i) for i in range(n)]}
+
+
+def hit_vs_miss(url: str, model: str, tokenizer: Any, shared_tokens: int = 512, n: int = 3,
+                max_tokens: int = 2) -> dict[str, Any]:
+    """TTFT of prefix-cache hits vs misses on an OpenAI-compatible server exporting vLLM's
+    metrics. One warm-up request caches the shared prefix; then ``n`` misses and ``n`` hits go one
+    at a time, alternating, each through :func:`labkit.serving.loadgen.run` (completions endpoint,
+    ``ignore_eos``), with ``/metrics`` read around every request. Returns ``hit_ttft_s`` and
+    ``miss_ttft_s`` (medians, seconds), ``ratio`` (hit / miss), ``hit_rate`` and ``miss_rate``
+    (cached / looked-up tokens for each kind), ``metric_names``, and the per-request ``ttft_s`` lists."""
+    from .vllm import scrape_metrics
+
+    p = prompts(tokenizer, shared_tokens, n)
+    opts = dict(model=model, endpoint="completions", max_tokens=max_tokens, ignore_eos=True, warmup=0,
+                progress=False)
+    loadgen.run(url, 1, prompts=[p["warmup"]], **opts)
+    ttft: dict[str, list[float]] = {"hit": [], "miss": []}
+    counts = {kind: {"hits": 0.0, "queries": 0.0} for kind in ttft}
+    for i in range(n):
+        for kind in ("miss", "hit"):
+            before = scrape_metrics(url)
+            s = loadgen.run(url, 1, prompts=[p[kind][i]], check=False, **opts)
+            if s["completed"] != 1:
+                raise RuntimeError(f"a {kind} request failed: {s['status_counts']}")
+            d = hit_rate(before, scrape_metrics(url))
+            counts[kind]["hits"] += d["hits"]
+            counts[kind]["queries"] += d["queries"]
+            ttft[kind].append(s["median_ttft_ms"] / 1e3)
+    rates = {k: c["hits"] / c["queries"] if c["queries"] else float("nan") for k, c in counts.items()}
+    hit_s, miss_s = float(np.median(ttft["hit"])), float(np.median(ttft["miss"]))
+    return {"hit_ttft_s": hit_s, "miss_ttft_s": miss_s, "ratio": hit_s / miss_s, "hit_rate": rates["hit"],
+            "miss_rate": rates["miss"], "counts": counts, "ttft_s": ttft, "shared_tokens": shared_tokens,
+            "metric_names": prefix_metric_names(scrape_metrics(url))}

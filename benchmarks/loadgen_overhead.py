@@ -4,7 +4,9 @@ Runs labkit's fake streaming server in its own process on 127.0.0.1 doing zero w
 
 1. ingest: aggregate tokens/s the load generator parses and times (SSE, one token per chunk, JSON
    per chunk) at several concurrencies, next to a bare ``httpx`` client that only reads the bytes
-   (the floor: what the same machine delivers with no parsing at all);
+   (the floor: what the same machine delivers with no parsing at all). Both send the same request
+   body (:func:`labkit.serving.openai_api.request_body`, usage in every chunk included), so both
+   receive the same bytes per stream (printed), and both are warmed up by one request first;
 2. added latency: TTFT against a server that answers instantly (all of it is overhead: client,
    loopback, server), and ITL against a server that sends a token every 20 ms exactly (the jitter
    above 20 ms is overhead), at P50 and P99.
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from labkit.serving import loadgen
+from labkit.serving.openai_api import request_body
 from labkit.serving.vllm import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,31 +53,43 @@ def start_server(step_ms: float) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-async def bare_ingest(url: str, n: int, c: int, tokens: int) -> float:
-    """Bytes-only client: bytes streamed per second, converted to tokens via the chunk count."""
-    body = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "max_tokens": tokens,
-            "stream": True}
-    total = 0
+PROMPT = "x"  # the same prompt for both clients: the same usage figures, the same bytes
+
+
+def body(tokens: int) -> dict:
+    """The request labkit's load generator sends for ``PROMPT`` (the bare reader sends it too)."""
+    return request_body("fake", PROMPT, tokens)
+
+
+async def bare_ingest(url: str, n: int, c: int, tokens: int) -> tuple[float, int]:
+    """Bytes-only client, warmed by one request: tokens/s (``tokens`` per stream) and bytes per stream."""
+    sizes: list[int] = []
     async with httpx.AsyncClient(timeout=60) as client:
         queue = list(range(n))
 
+        async def one() -> None:
+            size = 0
+            async with client.stream("POST", f"{url}/v1/chat/completions", json=body(tokens)) as r:
+                async for data in r.aiter_bytes():
+                    size += len(data)
+            sizes.append(size)
+
         async def worker() -> None:
-            nonlocal total
             while queue:
                 queue.pop()
-                async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
-                    async for _ in r.aiter_bytes():
-                        pass
-                total += tokens
+                await one()
 
+        await one()  # warm-up, as labkit's run(warmup=1)
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(c)))
-        return total / (time.perf_counter() - t0)
+        rate = n * tokens / (time.perf_counter() - t0)
+    return rate, max(sizes)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer requests (about 20 s)")
+    ap.add_argument("--quick", action="store_true", help="fewer requests (about 10 s)")
+    ap.add_argument("--repeats", type=int, default=5, help="alternating labkit/bare rounds per level")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench" / "loadgen_overhead.json"))
     a = ap.parse_args()
     tokens = 128 if a.quick else 256
@@ -84,18 +100,29 @@ def main() -> None:
     try:
         for c in levels:
             n = max(8, 2 * c) if a.quick else max(16, 4 * c)
-            s = loadgen.run(url, n, c, model="fake", max_tokens=tokens, progress=False, warmup=1)
-            bare = asyncio.run(bare_ingest(url, n, c, tokens))
-            row = {"concurrency": c, "requests": n, "tokens_per_request": tokens,
-                   "labkit_tok_s": s["output_throughput"], "bare_httpx_tok_s": bare,
-                   "ratio": s["output_throughput"] / bare, "ok": s["completed"]}
+            ours, bares, ok = [], [], 0
+            for r in range(a.repeats):  # alternate who goes first; medians over the rounds
+                for who in ("labkit", "bare") if r % 2 == 0 else ("bare", "labkit"):
+                    if who == "bare":
+                        bare, size = asyncio.run(bare_ingest(url, n, c, tokens))
+                        bares.append(bare)
+                        continue
+                    s = loadgen.run(url, n, c, model="fake", max_tokens=tokens, progress=False, warmup=1,
+                                    prompts=[PROMPT])
+                    ours.append(s["output_throughput"])
+                    ok += s["completed"]
+            row = {"concurrency": c, "requests": n, "tokens_per_request": tokens, "bytes_per_stream": size,
+                   "repeats": a.repeats, "labkit_tok_s": statistics.median(ours),
+                   "bare_httpx_tok_s": statistics.median(bares),
+                   "ratio": statistics.median(x / y for x, y in zip(ours, bares, strict=True)), "ok": ok}
             result["ingest"].append(row)
-            print(f"ingest  c={c:<3} labkit {row['labkit_tok_s']:8.0f} tok/s   bare httpx {bare:8.0f} tok/s  "
-                  f" ratio {row['ratio']:.2f}  ({n} requests x {tokens} tokens, {s['completed']} ok)",
+            print(f"ingest  c={c:<3} labkit {row['labkit_tok_s']:8.0f} tok/s   bare httpx "
+                  f"{row['bare_httpx_tok_s']:8.0f} tok/s   ratio {row['ratio']:.2f}  (median of {a.repeats} "
+                  f"rounds of {n} requests x {tokens} tokens, {size} B per stream for both, {ok} ok)",
                   flush=True)
         for c in levels:
             n = max(8, 2 * c) if a.quick else max(20, 4 * c)
-            s = loadgen.run(url, n, c, model="fake", max_tokens=2, progress=False, warmup=1)
+            s = loadgen.run(url, n, c, model="fake", max_tokens=2, progress=False, warmup=1, prompts=[PROMPT])
             result["latency"].append({"what": "TTFT, instant server", "concurrency": c, "n": s["n_ttft"],
                                       "p50_ms": s["p50_ttft_ms"], "p99_ms": s["p99_ttft_ms"]})
     finally:
@@ -107,7 +134,8 @@ def main() -> None:
     try:
         for c in levels:
             n = max(4, c) if a.quick else max(8, 2 * c)
-            s = loadgen.run(url, n, c, model="fake", max_tokens=16, progress=False, warmup=1)
+            s = loadgen.run(url, n, c, model="fake", max_tokens=16, progress=False, warmup=1,
+                            prompts=[PROMPT])
             result["latency"].append({"what": f"ITL - {step:g} ms, paced server", "concurrency": c,
                                       "n": s["n_itl"], "p50_ms": s["p50_itl_ms"] - step,
                                       "p99_ms": s["p99_itl_ms"] - step})

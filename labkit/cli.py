@@ -1,10 +1,12 @@
-"""``labkit`` console command: ``labkit doctor``, ``labkit provision``, ``labkit run CHAPTER``."""
+"""``labkit`` console command for every chapter: ``doctor`` (chapter 00), ``provision``, ``run CHAPTER``,
+``bench`` (chapter 02's load generator) and ``gpu-check`` (chapters 00, 04 and 07 on a CUDA GPU)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any, NoReturn
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -55,56 +57,123 @@ def _run(args: argparse.Namespace) -> int:
     return run_chapter(args.chapter, timeout=args.timeout)
 
 
+def _number(kind: type, low: float, strict: bool = False) -> Any:
+    """An argparse ``type=`` for a number >= ``low`` (> ``low`` when ``strict``), with a message
+    that says what to pass."""
+
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or v != v or (v <= low if strict else v < low):
+            what = "a whole number" if kind is int else "a number"
+            need = f"{'>' if strict else '>='} {low:g}"
+            raise argparse.ArgumentTypeError(f"{what} {need} is needed, got {text!r}")
+        return v
+
+    return parse
+
+
+def _url(text: str) -> str:
+    from .serving.streaming import base_url_of
+
+    try:
+        return base_url_of(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _usage_error(prog: str, message: str) -> NoReturn:
+    """One line on stderr for a bad option, exit status 2 (argparse's usage-error code)."""
+    print(f"error: {prog}: {message} (see `{prog} --help`)", file=sys.stderr)
+    sys.exit(2)
+
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``labkit bench`` (see ``labkit bench --help``)."""
-    p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
-                   "(or the Ollama host with --backend ollama-*)")
+    """The options of ``labkit bench`` (see ``labkit bench --help``); a bad value is a one-line
+    error with exit status 2."""
+    pos_int, count, pos = _number(int, 1), _number(int, 0), _number(float, 0, strict=True)
+    p.error = lambda message: _usage_error(p.prog, message)  # type: ignore[method-assign]
+    p.add_argument("--base-url", type=_url, help="OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
+                   "(or the Ollama host with --backend ollama-*); default $LABKIT_BASE_URL")
     p.add_argument("--vllm", action="store_true", help="start the bundled model with vLLM for the run")
     p.add_argument("--backend", default="openai-chat",
                    choices=["openai-chat", "openai-completions", "ollama-generate", "ollama-chat"])
-    p.add_argument("--model", help="served model name (default: the only one the server lists)")
-    p.add_argument("-n", "--requests", type=int, default=16, help="requests per concurrency level")
-    p.add_argument("-c", "--concurrency", type=int, nargs="+", default=[1],
+    p.add_argument("--model", help="served model name (default: $LABKIT_MODEL, else the only one the "
+                   "server lists)")
+    p.add_argument("-n", "--requests", type=pos_int, default=16, help="requests per concurrency level")
+    p.add_argument("-c", "--concurrency", type=pos_int, nargs="+", default=[1],
                    help="closed loop: requests in flight; several values run a sweep")
-    p.add_argument("--rate", type=float, help="open loop: requests per second (Poisson by default)")
-    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of arrival gaps (1 = Poisson)")
-    p.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight")
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--rate", type=pos, help="open loop: requests per second (Poisson by default)")
+    p.add_argument("--burstiness", type=pos, default=1.0, help="gamma shape of arrival gaps (1 = Poisson)")
+    p.add_argument("--max-concurrency", type=pos_int, help="open loop: cap on requests in flight "
+                   "(default: none)")
+    p.add_argument("--max-tokens", type=pos_int, default=32)
     p.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens (vLLM, SGLang)")
-    p.add_argument("--synthetic", nargs=2, type=int, metavar=("INPUT", "OUTPUT"),
+    p.add_argument("--synthetic", nargs=2, type=pos_int, metavar=("INPUT", "OUTPUT"),
                    help="synthetic prompts of about INPUT tokens asking OUTPUT tokens")
-    p.add_argument("--range-ratio", type=float, default=0.0, help="spread of synthetic lengths, 0..1")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    p.add_argument("--max-duration", type=float, help="stop sending after this many seconds")
-    p.add_argument("--slo-ttft-ms", type=float)
-    p.add_argument("--slo-tpot-ms", type=float)
-    p.add_argument("--slo-e2el-ms", type=float)
+    p.add_argument("--range-ratio", type=_number(float, 0), default=0.0,
+                   help="spread of synthetic lengths, 0 <= r < 1")
+    p.add_argument("--warmup", type=count, default=1)
+    p.add_argument("--timeout", type=pos, default=120.0,
+                   help="seconds without data from the server (read timeout between chunks)")
+    p.add_argument("--total-timeout", type=pos, help="seconds for a whole request (default: no limit)")
+    p.add_argument("--max-duration", type=pos, help="stop sending after this many seconds")
+    p.add_argument("--slo-ttft-ms", type=pos)
+    p.add_argument("--slo-tpot-ms", type=pos)
+    p.add_argument("--slo-e2el-ms", type=pos)
     p.add_argument("--out", default="build/bench", help="folder for LABEL.jsonl and LABEL.json")
     p.add_argument("--no-progress", action="store_true")
 
 
+def _writable(folder: str) -> None:
+    """``ValueError`` unless ``folder`` can be created and written (checked before any request)."""
+    import tempfile
+    from pathlib import Path
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out {folder!r} is not a folder this user can write ({e.strerror or e}): "
+                         "pass --out with a writable folder") from None
+
+
 def _bench(a: argparse.Namespace) -> int:
-    """``labkit bench``: run, print a report per level and the knee table; 1 on any error."""
+    """``labkit bench``: run, print a report per level and the knee table. Exit status 2 for bad
+    input (options, environment, --out), 1 when the server fails, 130 on Ctrl-C; every request that
+    finished is already in ``--out`` as JSONL."""
     import contextlib
 
+    from . import settings
     from .serving.loadgen import knee_table, run, sweep, synthetic_requests
     from .serving.metrics import format_report, format_rows
-    from .serving.streaming import Backend, ServerError, ollama_backend
+    from .serving.ollama_api import ollama_backend
+    from .serving.streaming import Backend, ServerError
 
+    url = a.base_url or settings.base_url()
+    a.model = a.model or settings.served_model()
+    if not (url or a.vllm):
+        raise ValueError("pass --base-url URL (any OpenAI-compatible server, or Ollama with --backend "
+                         "ollama-generate), set LABKIT_BASE_URL, or pass --vllm to start the bundled model")
+    if a.backend.startswith("ollama") and not a.model:
+        raise ValueError("--model is required with an Ollama backend (e.g. --model llama3.2)")
+    if a.range_ratio >= 1:
+        raise ValueError(f"--range-ratio must be in [0, 1), got {a.range_ratio}")
+    if a.max_concurrency is not None and a.rate is None:
+        raise ValueError("--max-concurrency caps an open loop: pass --rate too, or use -c for a closed loop")
+    if a.vllm:
+        settings.profile(), settings.cache_dir()  # read by start_vllm: fail now, not after loading
+    _writable(a.out)
     slo = {k: v for k, v in (("ttft_ms", a.slo_ttft_ms), ("tpot_ms", a.slo_tpot_ms),
                              ("e2el_ms", a.slo_e2el_ms)) if v is not None} or None
     prompts = None
     if a.synthetic:
         prompts = synthetic_requests(a.requests, a.synthetic[0], a.synthetic[1], a.range_ratio)
-    if not (a.base_url or a.vllm):
-        print("error: pass --base-url URL (any OpenAI-compatible server, or Ollama with --backend "
-              "ollama-generate) or --vllm to start the bundled model", file=sys.stderr)
-        return 1
     with contextlib.ExitStack() as stack:
         try:
-            url = a.base_url
             if a.vllm:
                 from .serving.vllm import SERVED_NAME, vllm_server
 
@@ -113,22 +182,23 @@ def _bench(a: argparse.Namespace) -> int:
                 a.model = a.model or SERVED_NAME
             target: str | Backend = url
             if a.backend.startswith("ollama"):
-                if not a.model:
-                    print("error: --model is required with an Ollama backend", file=sys.stderr)
-                    return 1
                 target = ollama_backend(a.model, host=url, endpoint=a.backend.split("-")[1],
-                                        timeout_s=a.timeout)
+                                        timeout_s=a.timeout, total_timeout_s=a.total_timeout)
             common = dict(model=a.model, max_tokens=a.max_tokens, prompts=prompts, slo=slo, out=a.out,
                           progress=not a.no_progress, max_duration_s=a.max_duration, timeout_s=a.timeout,
-                          endpoint=a.backend.split("-")[1], ignore_eos=a.ignore_eos)
+                          total_timeout_s=a.total_timeout, endpoint=a.backend.split("-")[1],
+                          ignore_eos=a.ignore_eos)
             if a.rate is not None:
                 runs = [run(target, a.requests, a.max_concurrency, rate=a.rate, burstiness=a.burstiness,
                             warmup=a.warmup, **common)]
             else:
                 runs = sweep(target, a.concurrency, n_requests=a.requests, warmup=a.warmup, **common)
-        except (ServerError, ValueError, RuntimeError, FileNotFoundError) as e:
+        except (ServerError, RuntimeError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            print(f"interrupted: the requests that finished are in {a.out}/*.jsonl", file=sys.stderr)
+            return 130
     for s in runs:
         print(format_report(s, title=f"== {s['label']} ({s['backend']})"))
         print(f"files        {s.get('jsonl')}  {s.get('summary_json')}\n")
@@ -153,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("provision", help="check and convert the bundled models (no network)")
     p.set_defaults(fn=_provision)
     r = sub.add_parser("run", help="execute a chapter notebook headless and print its checks")
-    r.add_argument("chapter", help="short name, e.g. setup, concepts, metrics")
+    r.add_argument("chapter", help="short name, number or notebook, e.g. concepts, 01, 01_key_concepts")
     r.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     r.set_defaults(fn=_run)
     g = sub.add_parser("gpu-check", help="check the CUDA paths on a machine with an NVIDIA GPU (no download)")
@@ -166,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, RuntimeError) as e:  # bad settings or an unavailable device: say what to do
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, RuntimeError) as e:  # bad input, settings or device: one line, what to do
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
 
 

@@ -8,8 +8,10 @@ Set ``LABKIT_PROFILE`` before starting Python (``make lab-metrics LABKIT_PROFILE
   the Hugging Face hub and run on CUDA or Apple MPS.
 
 Everything that needs to know which model to use asks :func:`profile` and nothing else.
-Also here: :func:`cache_dir` (where converted weights live) and :func:`set_threads`
-(how many CPU threads torch uses; chapter 00 explains why it matters on small machines).
+Also here, every other ``LABKIT_*`` variable, each checked with an error that names it:
+:func:`cache_dir` (where converted weights live), :func:`set_threads` (how many CPU threads torch
+uses; chapter 00 explains why it matters on small machines), and :func:`base_url`,
+:func:`served_model`, :func:`ollama_model` (which server chapters 02 and 05 measure).
 """
 
 from __future__ import annotations
@@ -74,9 +76,18 @@ def profile(name: str | None = None) -> Profile:
 
 def cache_dir() -> Path:
     """Where converted weights and generated artefacts are cached (``$LABKIT_CACHE``,
-    default ``~/.cache/labkit``). Never inside git."""
-    path = Path(os.environ.get("LABKIT_CACHE") or Path.home() / ".cache" / "labkit")
-    path.mkdir(parents=True, exist_ok=True)
+    default ``~/.cache/labkit``), created if missing. Never inside git. ``ValueError`` naming the
+    variable when it cannot be created or written."""
+    raw = os.environ.get("LABKIT_CACHE", "").strip()
+    path = Path(raw).expanduser() if raw else Path.home() / ".cache" / "labkit"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as e:
+        where = f"LABKIT_CACHE={raw!r}" if raw else f"the default cache folder {path}"
+        raise ValueError(f"{where} cannot be used as a writable folder ({e.strerror or e}): "
+                         "set LABKIT_CACHE to a folder you can write") from None
     return path
 
 
@@ -84,9 +95,12 @@ def default_threads() -> int:
     """CPU threads for torch: ``$LABKIT_THREADS`` if set, else 1 on machines with at most
     2 logical cores (measured on 2 shared cores: 1 thread was often several times faster
     than 2 while anything else ran), else the number of physical cores."""
-    env = os.environ.get("LABKIT_THREADS")
+    env = os.environ.get("LABKIT_THREADS", "").strip()
     if env:
-        return max(1, int(env))
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"LABKIT_THREADS={env!r} is not a whole number of threads; set it to 1, 2, ... "
+                             "or unset it to let the lab choose")
+        return int(env)
     logical = os.cpu_count() or 1
     if logical <= 2:
         return 1
@@ -105,3 +119,28 @@ def set_threads(n: int | None = None) -> int:
     n = n or default_threads()
     torch.set_num_threads(n)
     return n
+
+
+def base_url() -> str | None:
+    """``$LABKIT_BASE_URL``: the OpenAI-compatible server chapters 02 and 05 measure instead of
+    starting their own (``http://host:port``); ``None`` when unset. ``ValueError`` without a scheme
+    or a host."""
+    raw = os.environ.get("LABKIT_BASE_URL", "").strip()
+    if not raw:
+        return None
+    if not raw.startswith(("http://", "https://")):
+        raise ValueError(f"LABKIT_BASE_URL={raw!r} needs a scheme: use http://{raw} (or https://)")
+    url = raw.rstrip("/")
+    if not url.partition("://")[2]:
+        raise ValueError(f"LABKIT_BASE_URL={raw!r} has no host: use e.g. http://127.0.0.1:8000")
+    return url
+
+
+def served_model() -> str | None:
+    """``$LABKIT_MODEL``: the served model name at :func:`base_url` (default: the one it lists)."""
+    return os.environ.get("LABKIT_MODEL", "").strip() or None
+
+
+def ollama_model() -> str | None:
+    """``$LABKIT_OLLAMA_MODEL``: which Ollama model chapter 02 measures (default: the first it has)."""
+    return os.environ.get("LABKIT_OLLAMA_MODEL", "").strip() or None

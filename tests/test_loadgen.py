@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ import pytest
 from labkit.cli import main as labkit_main
 from labkit.serving import loadgen, metrics, plots
 from labkit.serving.fakeserver import fake_server
-from labkit.serving.streaming import ServerError, transformers_backend
+from labkit.serving.local import transformers_backend
+from labkit.serving.streaming import ServerError
 from labkit.serving.vllm import free_port
 
 
@@ -55,6 +57,39 @@ def test_open_loop_caps_in_flight_and_records_queueing(srv):
     assert s["mode"] == "open" and s["accounted"] and s["completed"] == 16
     assert srv.peak_active <= 2
     assert max(r["queue_s"] for r in s["requests"]) > 0.01  # arrivals waited for the cap
+
+
+def test_open_loop_has_no_cap_unless_asked(srv):
+    """Regression (defect 6): ``run(url, n, rate=r)`` inherited ``concurrency=1``: one request in
+    flight, arrivals queued for seconds outside TTFT, an overloaded client reported as fast."""
+    srv.opts["step_s"] = 0.01
+    s = loadgen.run(srv.url, 16, rate=200.0, max_tokens=4, progress=False, warmup=0)
+    assert s["completed"] == 16 and s["concurrency"] is None and srv.peak_active > 2
+    assert max(r["queue_s"] for r in s["requests"]) < 0.05  # nobody waited for a slot
+    assert loadgen.run(srv.url, 2, max_tokens=2, progress=False, warmup=0)["concurrency"] == 1  # closed: 1
+
+
+def test_open_loop_stops_sending_at_max_duration(srv):
+    """Regression (defect 5): the open loop slept until each planned arrival before checking the
+    deadline: ``run(server, 20, rate=2, max_duration_s=1)`` took 13.6 s."""
+    t = time.perf_counter()
+    s = loadgen.run(srv.url, 20, rate=2.0, max_tokens=2, progress=False, warmup=0, max_duration_s=0.5)
+    assert time.perf_counter() - t < 2.0
+    assert s["accounted"] and s["status_counts"]["not_sent"] >= 15
+    assert s["completed"] + s["status_counts"]["not_sent"] == 20
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"n_requests": 0}, "n_requests must be a whole number >= 1"),
+    ({"max_tokens": -5}, "max_tokens must be a whole number >= 1"),
+    ({"concurrency": 0}, "concurrency must be"),
+    ({"rate": 0.0}, "rate must be a positive number"),
+    ({"timeout_s": -1.0}, "timeout_s must be"),
+    ({"max_duration_s": 0}, "max_duration_s must be"),
+])
+def test_bad_run_arguments_name_themselves(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        loadgen.run("http://127.0.0.1:9", **({"n_requests": 2} | kwargs), check=False, progress=False)
 
 
 def test_mid_run_errors_and_deadline_are_accounted(srv):
@@ -112,7 +147,8 @@ def test_bench_command(srv, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and "== c1" in out and "== c2" in out and "goodput" in out
     assert (tmp_path / "c2.jsonl").exists() and (tmp_path / "c2.json").exists()
-    code = labkit_main(["bench", "--base-url", f"http://127.0.0.1:{free_port()}", "--no-progress"])
+    code = labkit_main(["bench", "--base-url", f"http://127.0.0.1:{free_port()}", "--no-progress",
+                        "--out", str(tmp_path)])
     assert code == 1 and "no server answers" in capsys.readouterr().err
     code = labkit_main(["bench", "--base-url", srv.url, "--backend", "ollama-generate", "--model", "fake",
                         "-n", "3", "--rate", "20", "--out", str(tmp_path), "--no-progress"])
@@ -142,3 +178,36 @@ def test_killed_run_keeps_what_finished(tmp_path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(10)
+
+
+def test_overhead_benchmark_compares_equal_traffic(srv):
+    """Regression (defect 9): the bare httpx reader sent no ``stream_options`` (18,111 B against
+    labkit's 28,106 B per 128-token stream) and was not warmed up. Now both send the same body."""
+    import asyncio
+    import importlib.util
+
+    import httpx
+
+    from labkit.serving import openai_api
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "loadgen_overhead.py"
+    spec = importlib.util.spec_from_file_location("loadgen_overhead", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sent = []
+
+    def handler(request):
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=b"data: [DONE]\n\n")
+
+    async def labkit_request():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            await openai_api.openai_backend("http://test", "fake").send(client, bench.PROMPT, 16)
+
+    asyncio.run(labkit_request())
+    assert sent == [bench.body(16)] and sent[0]["stream_options"]["continuous_usage_stats"]
+    before = srv.requests
+    _, size = asyncio.run(bench.bare_ingest(srv.url, 3, 1, 16))
+    assert srv.requests - before == 4  # one warm-up, then the three timed
+    with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=sent[0], timeout=10) as r:
+        assert len(r.read()) == size  # the bytes labkit's request gets back

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from labkit.serving import metrics
+from labkit.serving import metrics, records
 
 
 def rec(chunks, output_tokens=None, status="ok", t_end=None, prompt_tokens=None):
@@ -78,7 +78,7 @@ def test_summary_counts_failures_and_uses_only_completed():
         assert key in s
     text = metrics.format_report(s)
     assert "2 requests" in text and "3 gaps" in text and "http_error 1" in text
-    assert "chunk ITL ms" in text  # vLLM's per-chunk figure printed beside the per-token one
+    assert "chunk gap ms" in text and "vLLM's ITL is per chunk" in text  # which ITL is which
 
 
 def test_summary_duration_defaults_to_first_send_to_last_close():
@@ -128,24 +128,24 @@ class WordTokenizer:
 
 
 def test_token_counting_never_counts_chunks():
-    counts, n, src = metrics.count_chunk_tokens(["a", " b c", " d"], [1, 3, 4], total=4)
+    counts, n, src = records.count_chunk_tokens(["a", " b c", " d"], [1, 3, 4], total=4)
     assert counts == [1, 2, 1] and n == 4 and src == "usage-continuous"
     # tokenizer on cumulative text, no BOS per chunk: 1 + 2 + 1 words
-    counts, n, src = metrics.count_chunk_tokens(["a", " b c", " d"], [None] * 3, tokenizer=WordTokenizer())
+    counts, n, src = records.count_chunk_tokens(["a", " b c", " d"], [None] * 3, tokenizer=WordTokenizer())
     assert counts == [1, 2, 1] and n == 4 and src == "tokenizer"
-    counts, n, src = metrics.count_chunk_tokens(["a", " b c", " d"], [None] * 3, total=7,
+    counts, n, src = records.count_chunk_tokens(["a", " b c", " d"], [None] * 3, total=7,
                                                 tokenizer=WordTokenizer())
     assert n == 7 and src == "usage+tokenizer"
-    counts, n, src = metrics.count_chunk_tokens(["x", "y", "z"], [None] * 3, total=3)
+    counts, n, src = records.count_chunk_tokens(["x", "y", "z"], [None] * 3, total=3)
     assert counts == [1, 1, 1] and src == "usage"
-    counts, n, src = metrics.count_chunk_tokens(["aaaa", "a", "aaa"], [None] * 3, total=8)
+    counts, n, src = records.count_chunk_tokens(["aaaa", "a", "aaa"], [None] * 3, total=8)
     assert sum(counts) == 8 and min(counts) >= 1 and counts[0] > counts[1] and src == "usage+chars"
-    counts, n, src = metrics.count_chunk_tokens(["x", "y"], [None, None])
+    counts, n, src = records.count_chunk_tokens(["x", "y"], [None, None])
     assert counts == [None, None] and n is None and src == "unknown"
 
 
 def test_cumulative_usage_tail_goes_to_last_chunk():
-    counts, n, _ = metrics.count_chunk_tokens(["a", "b"], [1, 2], total=3)
+    counts, n, _ = records.count_chunk_tokens(["a", "b"], [1, 2], total=3)
     assert counts == [1, 2] and n == 3
 
 
@@ -158,5 +158,64 @@ def test_gaps_run_from_the_previous_token_bearing_chunk():
 
 def test_partial_cumulative_usage_becomes_a_total():
     # usage seen on some chunks only (e.g. the last text chunk): treat it as the output total
-    counts, n, src = metrics.count_chunk_tokens(["a", "b", "c"], [None, None, 3])
+    counts, n, src = records.count_chunk_tokens(["a", "b", "c"], [None, None, 3])
     assert n == 3 and src == "usage" and counts == [1, 1, 1]
+
+
+def test_goodput_never_passes_an_unknown_tpot():
+    """Regression (defect 4): a NaN TPOT passed any TPOT limit. Only outputs of at most one token
+    have TPOT 0 (vLLM); unknown token counts fail the SLO and are counted apart."""
+    unknown = rec([[0.1, None], [0.9, None]], None)  # no usage, no tokenizer: TPOT unknown
+    one = rec([[0.1, 1]], 1)
+    slow = rec([[0.1, 1], [0.9, 1]], 2)
+    s = metrics.summarize([unknown, one, slow], duration_s=1.0, slo={"tpot_ms": 100})
+    assert s["request_goodput"] == pytest.approx(1.0)  # only the one-token output
+    assert s["slo_unknown"] == 1 and "1 requests with an unknown figure" in metrics.format_report(s)
+    assert metrics.meets_slo(metrics.request_metrics(unknown), {"tpot_ms": 1e9}) is None
+    assert metrics.meets_slo(metrics.request_metrics(unknown), {"ttft_ms": 500}) is True
+
+
+def test_zero_token_chunks_are_not_first_or_last_token():
+    """Regression (defect 7): TTFT and E2E used the first/last chunk even when it held 0 tokens."""
+    m = metrics.request_metrics({"t_sent": 0.0, "chunks": [[0.2, 0], [0.3, 1], [0.4, 1], [0.5, 0]],
+                                 "output_tokens": 2})
+    assert m["ttft_s"] == pytest.approx(0.3) and m["e2e_s"] == pytest.approx(0.4)
+    assert m["tpot_s"] == pytest.approx(0.1) and m["itl_s"] == pytest.approx([0.1])
+    assert m["chunk_gaps_s"] == pytest.approx([0.1])
+
+
+@pytest.mark.parametrize(("texts", "total", "expected"), [
+    (["a", "b", "c", "d"], 2, [1, 0, 0, 1]),          # fewer tokens than chunks: first and last get one
+    (["a", "b", "c", "d", "e"], 3, [1, 0, 1, 0, 1]),  # ... spread evenly
+    (["a", "b", "c"], 1, [1, 0, 0]),
+    (["a", "b", ""], 3, [1, 1, 1]),                   # the EOS token lands on the text-less finish chunk
+    (["a", "b", ""], 2, [1, 1, 0]),
+    (["aaa", "a", ""], 6, [3, 2, 1]),                  # EOS first, the rest by characters
+    (["", ""], 2, [0, 2]),
+])
+def test_token_placement_without_per_chunk_counts(texts, total, expected):
+    """Regression (defect 7): without per-chunk counts, an EOS token sent in a text-less finish chunk
+    went to the first chunk by character share, and zero-token chunks went at the end."""
+    assert records.tokens_by_total(texts, total) == expected
+
+
+def test_finish_chunk_without_text_keeps_its_token_on_the_timeline():
+    r = records.new_record("t")
+    t0 = r["t_sent"]
+    parts = [(t0 + 0.1, "Hi", None), (t0 + 0.2, " there", None), (t0 + 0.3, "", None)]
+    records.finish_record(r, parts, total=3)
+    assert [k for _, k in r["chunks"]] == [1, 1, 1] and r["token_source"] == "usage"
+    assert metrics.request_metrics(r)["e2e_s"] == pytest.approx(0.3)
+    records.finish_record(r, parts, total=2)  # no EOS counted: the empty finish chunk is dropped
+    assert [k for _, k in r["chunks"]] == [1, 1]
+    records.finish_record(r, parts)  # no usage at all: counts unknown, the empty chunk dropped too
+    assert [k for _, k in r["chunks"]] == [None, None] and r["token_source"] == "unknown"
+
+
+def test_error_text_from_json_html_and_text():
+    assert records.error_text(b'{"error": {"message": "model is loading"}}') == "model is loading"
+    assert records.error_text(b'{"error": null, "detail": "Not Found"}') == "Not Found"
+    html = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502</h1></body></html>"
+    assert records.error_text(html) == "502 Bad Gateway"
+    assert records.error_text(b"<p>upstream\n  timed out</p>") == "upstream timed out"
+    assert records.error_text(b"plain text") == "plain text"

@@ -7,7 +7,7 @@ x86_64, where the Makefile installs it and a missing server is a failure."""
 
 import pytest
 
-from labkit.serving import loadgen, streaming, vllm
+from labkit.serving import loadgen, openai_api, streaming, vllm
 from labkit.serving.vllm import vllm_required
 
 
@@ -41,7 +41,8 @@ def test_load_test_against_vllm(vllm_url):
 def test_client_timing_against_vllm_server_histograms(vllm_url):
     """Same requests, two clocks: labkit's TTFT/E2E (client side: HTTP, SSE framing and the
     network included) against vLLM's ``vllm:time_to_first_token_seconds`` and
-    ``vllm:e2e_request_latency_seconds`` (server side). The client can only be later."""
+    ``vllm:e2e_request_latency_seconds`` (server side; the client can only be later), and labkit's
+    mean ITL against vLLM's inter-token histogram (one token per chunk here, so they agree)."""
     before = vllm.scrape_metrics(vllm_url)
     s = loadgen.run(vllm_url, 4, 1, model=vllm.SERVED_NAME, max_tokens=12, ignore_eos=True,
                     progress=False, warmup=0)
@@ -54,13 +55,24 @@ def test_client_timing_against_vllm_server_histograms(vllm_url):
           f"difference {d_ttft * 1e3:+.1f} ms; E2E client {client_e2e * 1e3:.1f} ms, server "
           f"{server['e2e_s'] * 1e3:.1f} ms, difference {d_e2e * 1e3:+.1f} ms (4 requests)")
     assert -0.005 <= d_ttft < 0.5 and -0.005 <= d_e2e < 0.5
+    # ITL: labkit's per-token gaps against vLLM's own (its newer histogram name, else the older one)
+    for name in ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"):
+        n = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        if n:
+            server_itl = (after[f"{name}_sum"] - before.get(f"{name}_sum", 0.0)) / n
+            print(f"ITL client {s['mean_itl_ms']:.1f} ms over {s['n_itl']} gaps, server "
+                  f"{server_itl * 1e3:.1f} ms over {n:.0f} ({name})")
+            assert n == 4 * 11 >= s["n_itl"] and abs(s["mean_itl_ms"] / 1e3 - server_itl) < 0.01
+            break
+    else:
+        pytest.fail("vLLM exported no inter-token latency histogram")
 
 
 def test_vllm_errors_and_completions(vllm_url):
     with pytest.raises(streaming.ServerError, match="'gpt-4o' is not served.*smollm2"):
-        streaming.check_openai_server(vllm_url, "gpt-4o")
-    r = streaming.measure(streaming.openai_backend(vllm_url, "gpt-4o"), "hi", 4)
+        openai_api.check_openai_server(vllm_url, "gpt-4o")
+    r = streaming.measure(openai_api.openai_backend(vllm_url, "gpt-4o"), "hi", 4)
     assert r["status"] == "http_error" and r["http_status"] == 404 and "gpt-4o" in r["error"]
-    r = streaming.measure(streaming.openai_backend(vllm_url, vllm.SERVED_NAME, endpoint="completions",
+    r = streaming.measure(openai_api.openai_backend(vllm_url, vllm.SERVED_NAME, endpoint="completions",
                                                    ignore_eos=True), "Once upon a time", 6)
     assert r["status"] == "ok" and r["output_tokens"] == 6 and r["text"]

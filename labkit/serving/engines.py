@@ -39,7 +39,7 @@ ENGINES: list[dict[str, str]] = [
 
 def available_here() -> dict[str, str]:
     """Engine name -> what this machine can do with it right now, in words (nothing is started)."""
-    from .streaming import ollama_available
+    from .ollama_api import ollama_available
     from .vllm import unavailable_reason, vllm_available
 
     def has(module: str) -> bool:
@@ -102,7 +102,7 @@ def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
     ``max_tokens`` tokens per request. A load-generator summary (``median_tps``,
     ``output_throughput`` in tokens/s, ``median_ttft_ms``...)."""
     from .loadgen import run
-    from .streaming import transformers_backend
+    from .local import transformers_backend
 
     backend = transformers_backend(model, tokenizer, ignore_eos=True)
     return run(backend, n_requests, 1, prompts=list(prompts or short_prompts(n_requests)),
@@ -123,20 +123,3 @@ def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
     runs = sweep(url, concurrencies, counts, model=model, prompts=prompts, max_tokens=max_tokens,
                  ignore_eos=True, progress=False)
     return dict(zip(concurrencies, runs, strict=True))
-
-
-def measure_vllm(concurrencies: Sequence[int] = (1, 8), n_requests: dict[int, int] | None = None,
-                 prompts: Sequence[str] | None = None, max_tokens: int = 32,
-                 **server_kwargs: Any) -> tuple[dict[int, dict[str, Any]], float]:
-    """Start the vLLM CPU server (:func:`labkit.serving.vllm.start_vllm`, the bundled model in
-    :func:`labkit.serving.vllm.served_dtype` by default), run :func:`measure_server`, stop it. Returns
-    (concurrency -> summary, seconds the server took to become ready). ``RuntimeError`` saying why
-    when vLLM cannot run here."""
-    from .vllm import start_vllm, stop
-
-    server = start_vllm(**server_kwargs)
-    try:
-        return measure_server(server.url, server.model, concurrencies, n_requests, prompts, max_tokens), \
-            server.startup_s
-    finally:
-        stop(server)

@@ -7,7 +7,8 @@ token, ``step_s`` per decode step plus ``batch_cost_s`` per stream in flight (a 
 batching engine: a step costs more with more sequences, so aggregate throughput saturates), and
 ``tokens_per_chunk`` tokens per chunk (the trap that breaks per-chunk ITL). It honours
 ``stream_options.include_usage`` / ``continuous_usage_stats`` and Ollama's ``eval_count`` /
-``eval_duration`` fields, and can misbehave on purpose: ``fail_every`` (every n-th request answers
+``eval_duration`` fields, ``max_completion_tokens`` and content-part messages (what ``vllm bench
+serve`` sends), and can misbehave on purpose: ``fail_every`` (every n-th request answers
 ``fail_status``), ``break_after`` (drop the connection after n chunks), ``streaming=False`` (ignore
 ``stream: true``). Wrong model names get 404s in each API's own error format.
 
@@ -87,16 +88,38 @@ def _chunk(data: bytes) -> bytes:
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
+def _prompt_text(req: dict[str, Any]) -> str:
+    """The prompt's text: ``prompt`` (a string or a list of them), or the ``messages``' contents,
+    each a string or OpenAI content parts (``[{"type": "text", "text": ...}]``, what ``vllm bench
+    serve`` sends)."""
+    if "prompt" in req:
+        p = req["prompt"]
+        return " ".join(map(str, p)) if isinstance(p, list) else str(p)
+    out = []
+    for m in req.get("messages") or []:
+        content = m.get("content") or ""
+        if isinstance(content, list):
+            content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        out.append(str(content))
+    return " ".join(out)
+
+
+def _max_tokens(req: dict[str, Any], default: int) -> int:
+    """``max_completion_tokens`` (OpenAI's newer name), ``max_tokens``, Ollama's
+    ``options.num_predict``, else ``default``."""
+    ollama = (req.get("options") or {}).get("num_predict")
+    return int(req.get("max_completion_tokens") or req.get("max_tokens") or ollama or default)
+
+
 async def _stream(srv: FakeServer, w: asyncio.StreamWriter, api: str, req: dict[str, Any]) -> None:
     """Write one streamed answer: SSE for the OpenAI routes, NDJSON for Ollama's."""
     o = srv.opts
     ollama = api.startswith("ollama")
-    n = int(req.get("max_tokens") or (req.get("options") or {}).get("num_predict") or o["max_tokens"])
+    n = _max_tokens(req, o["max_tokens"])
     k = max(1, int(o["tokens_per_chunk"]))
     so = req.get("stream_options") or {}
     usage_each = bool(so.get("continuous_usage_stats"))
-    prompt = req.get("prompt") or " ".join(m.get("content", "") for m in req.get("messages", []))
-    n_prompt = len(str(prompt).split())
+    n_prompt = len(_prompt_text(req).split())
     w.write(_head(200, "application/x-ndjson" if ollama else "text/event-stream"))
     t0 = time.perf_counter()
 
@@ -184,8 +207,14 @@ async def _handle(srv: FakeServer, reader: asyncio.StreamReader, w: asyncio.Stre
                 await _send_json(w, 404, {"detail": "Not Found"})
                 continue
             srv.requests += 1
-            data = json.loads(body or b"{}")
             ollama = api.startswith("ollama")
+            try:
+                data = json.loads(body or b"{}")
+                _prompt_text(data), _max_tokens(data, 1)
+            except (ValueError, TypeError, AttributeError) as e:
+                msg = f"malformed request body: {type(e).__name__}: {e}"
+                await _send_json(w, 400, {"error": msg if ollama else {"message": msg, "code": 400}})
+                continue
             if data.get("model") != o["model"]:
                 err = (f"model '{data.get('model')}' not found" if ollama else
                        {"message": f"The model `{data.get('model')}` does not exist.",
@@ -197,7 +226,7 @@ async def _handle(srv: FakeServer, reader: asyncio.StreamReader, w: asyncio.Stre
                 await _send_json(w, o["fail_status"], {"error": msg if ollama else {"message": msg}})
                 continue
             if not o["streaming"] or data.get("stream") is False:
-                n = int(data.get("max_tokens") or o["max_tokens"])
+                n = _max_tokens(data, o["max_tokens"])
                 text = "".join(f" tok{i}" for i in range(n))
                 await _send_json(w, 200, {"response": text, "done": True} if ollama else
                                  {"choices": [{"index": 0, "message": {"role": "assistant", "content": text},

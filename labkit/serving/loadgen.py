@@ -19,18 +19,20 @@ server; ``endpoint="completions"`` for ``/v1/completions``) or any :class:`labki
   soon as one finishes: what a fixed pool of users does.
 * Open loop (``rate=`` requests/s): arrivals at gamma-distributed gaps with shape ``burstiness``
   (1 = Poisson; below 1 burstier, above 1 more regular), as ``vllm bench serve`` does; they do not
-  wait for earlier answers. ``concurrency`` then caps requests in flight (None: no cap); time spent
-  waiting for the cap is the record's ``queue_s`` and, as in vLLM, is not part of TTFT.
+  wait for earlier answers. No cap on requests in flight unless ``concurrency`` asks for one; time
+  spent waiting for the cap is the record's ``queue_s`` and, as in vLLM, is not part of TTFT.
 * ``warmup`` requests go first, one at a time, and are left out of the figures.
 * ``out=DIR`` writes ``DIR/LABEL.jsonl`` (one line per request the moment it finishes: a killed run
   keeps what finished) and ``DIR/LABEL.json`` (the summary).
-* Bounded: ``n_requests`` total, ``timeout_s`` per request, ``max_duration_s`` for the whole run
-  (requests not sent by then are recorded as ``not_sent``).
+* Bounded: ``n_requests`` total; per request ``timeout_s`` without data (a read timeout between
+  chunks) and optionally ``total_timeout_s``; ``max_duration_s`` for the whole run: requests not
+  sent by then are recorded as ``not_sent`` (those in flight finish).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -39,7 +41,8 @@ from typing import Any
 
 from ..paths import DATA
 from . import metrics
-from .streaming import Backend, ServerError, openai_backend, run_sync
+from .openai_api import check_openai_server, openai_backend
+from .streaming import Backend, ServerError, run_sync
 
 PROMPTS_DIR = DATA / "prompts"
 
@@ -106,27 +109,20 @@ def _plan(prompts: Sequence[Any] | None, n: int, max_tokens: int, seed: int) -> 
     if not items:
         raise ValueError("the prompt list is empty")
     order = np.random.default_rng(seed).permutation(len(items)).tolist()
-    plan = []
-    for i in range(n):
-        p = items[order[i % len(items)]]
-        plan.append({"id": i, "prompt": p["prompt"], "prompt_id": p.get("id"),
-                     "max_tokens": int(p.get("max_tokens") or max_tokens)})
-    return plan
+    picks = [items[order[i % len(items)]] for i in range(n)]
+    return [{"id": i, "prompt": p["prompt"], "prompt_id": p.get("id"),
+             "max_tokens": int(p.get("max_tokens") or max_tokens)} for i, p in enumerate(picks)]
 
 
-def _backend(target: str | Backend, model: str | None, endpoint: str, ignore_eos: bool, timeout_s: float,
-             tokenizer: Any) -> Backend:
+def _backend(target: str | Backend, model: str | None, **kwargs: Any) -> Backend:
     if isinstance(target, Backend):
         return target
     if model is None:
-        from .streaming import check_openai_server
-
         names = check_openai_server(target)
         if len(names) != 1:
             raise ServerError(f"{target} serves {names}: pass model= to choose one")
         model = names[0]
-    return openai_backend(target, model, endpoint=endpoint, ignore_eos=ignore_eos, timeout_s=timeout_s,
-                          tokenizer=tokenizer)
+    return openai_backend(target, model, **kwargs)
 
 
 def _jsonable(rec: dict[str, Any], t0: float) -> dict[str, Any]:
@@ -199,20 +195,17 @@ async def _execute(backend: Backend, plan: list[dict[str, Any]], concurrency: in
 
             await asyncio.gather(*(worker() for _ in range(concurrency or 1)))
         else:  # open loop
-            sem = asyncio.Semaphore(concurrency) if concurrency else None
+            cap = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
 
             async def capped(req: dict[str, Any], t_arrival: float) -> None:
-                if sem is None:
-                    done(await one(req, "run", t_arrival))
-                    return
-                async with sem:
+                async with cap:
                     done(await one(req, "run", t_arrival))
 
             tasks = []
             for req, at in zip(plan, arrival_times(len(plan), rate, burstiness, seed), strict=True):
-                delay = t0 + at - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                now = time.perf_counter()
+                if t0 + at > now:  # wake at the arrival, or at the deadline if that comes first
+                    await asyncio.sleep(min(t0 + at, deadline) - now)
                 if time.perf_counter() >= deadline:
                     done(not_sent(req))
                     continue
@@ -227,23 +220,30 @@ async def _execute(backend: Backend, plan: list[dict[str, Any]], concurrency: in
     return records, duration
 
 
-def run(target: str | Backend, n_requests: int = 16, concurrency: int | None = 1, *, model: str | None = None,
-        rate: float | None = None, burstiness: float = 1.0, prompts: Sequence[Any] | None = None,
-        max_tokens: int = 32, warmup: int = 1, slo: dict[str, float] | None = None,
-        out: str | Path | None = None, label: str | None = None, progress: bool = True,
-        max_duration_s: float | None = None, timeout_s: float = 120.0, endpoint: str = "chat",
-        ignore_eos: bool = False, tokenizer: Any = None, seed: int = 0, check: bool = True) -> dict[str, Any]:
+def run(target: str | Backend, n_requests: int = 16, concurrency: int | None = None, *,
+        model: str | None = None, rate: float | None = None, burstiness: float = 1.0,
+        prompts: Sequence[Any] | None = None, max_tokens: int = 32, warmup: int = 1,
+        slo: dict[str, float] | None = None, out: str | Path | None = None, label: str | None = None,
+        progress: bool = True, max_duration_s: float | None = None, timeout_s: float = 120.0,
+        endpoint: str = "chat", ignore_eos: bool = False, tokenizer: Any = None, seed: int = 0,
+        check: bool = True, total_timeout_s: float | None = None) -> dict[str, Any]:
     """Send ``n_requests`` streamed requests to ``target`` and summarize them (see the module
-    docstring). ``prompts``: strings or dicts with ``prompt`` (and optional ``max_tokens``), default
-    the shipped set; ``slo``: goodput limits in ms (``{"ttft_ms": 500, "tpot_ms": 100}``);
-    ``check``: fail fast with :class:`ServerError` when the server is absent or lacks ``model``."""
-    if n_requests < 1:
-        raise ValueError(f"n_requests must be at least 1, got {n_requests}")
-    if concurrency is not None and concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1 (or None with rate=), got {concurrency}")
-    if rate is None and concurrency is None:
-        raise ValueError("a closed loop needs a concurrency; pass rate= for an open loop")
-    be = _backend(target, model, endpoint, ignore_eos, timeout_s, tokenizer)
+    docstring). ``concurrency``: requests in flight in a closed loop (default 1), a cap in an open
+    loop (``rate=``, default none); ``prompts``: strings or dicts with ``prompt`` (and optional
+    ``max_tokens``), default the shipped set; ``slo``: goodput limits in ms (``{"ttft_ms": 500,
+    "tpot_ms": 100}``); times in seconds; ``check``: fail fast with :class:`ServerError` when the
+    server is absent or lacks ``model``. ``ValueError`` naming the argument for a bad value."""
+    for arg, v, low in (("n_requests", n_requests, 1), ("concurrency", concurrency, 1),
+                        ("max_tokens", max_tokens, 1), ("warmup", warmup, 0)):
+        if v is not None and (not isinstance(v, int) or v < low):
+            raise ValueError(f"{arg} must be a whole number >= {low}, got {v!r}")
+    for arg, x in (("rate", rate), ("burstiness", burstiness), ("max_duration_s", max_duration_s),
+                   ("timeout_s", timeout_s), ("total_timeout_s", total_timeout_s)):
+        if x is not None and not x > 0:
+            raise ValueError(f"{arg} must be a positive number, got {x!r}")
+    concurrency = (concurrency or 1) if rate is None else concurrency
+    be = _backend(target, model, endpoint=endpoint, ignore_eos=ignore_eos, timeout_s=timeout_s,
+                  total_timeout_s=total_timeout_s, tokenizer=tokenizer)
     if be.max_concurrency is not None and (concurrency is None or concurrency > be.max_concurrency):
         raise ValueError(f"{be.name} serves at most {be.max_concurrency} request(s) at a time; "
                          f"use concurrency={be.max_concurrency}")

@@ -1,0 +1,64 @@
+"""The server a chapter measures, chosen in one place (chapters 02 and 05).
+
+:func:`measured_server` yields, in this order of preference: your server (``LABKIT_BASE_URL``,
+with ``LABKIT_MODEL``), vLLM's CPU build serving the bundled model (Linux x86_64, after ``make
+serve-setup``), a hard failure on CI (where vLLM must run), or a loopback server that simulates
+an engine's timing and says so (``kind == "simulated"``: the mechanics are real, the numbers are
+not a model's). Whatever it started, it stops on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import settings
+from . import vllm
+from .fakeserver import fake_server
+from .openai_api import check_openai_server
+
+#: The simulated engine: 50 ms prefill, 30 ms per decode step, +10 ms per extra stream in a step.
+SIMULATED = {"prefill_s": 0.05, "step_s": 0.03, "batch_cost_s": 0.01}
+
+
+@dataclass
+class Target:
+    """A server to measure: ``url`` (``http://host:port``), ``model`` (served name), ``engine`` (a
+    label for tables), ``kind`` (``external``, ``vllm`` or ``simulated``), and for vLLM the
+    ``dtype`` it serves, ``startup_s`` (seconds to ready) and its ``log`` file."""
+
+    url: str
+    model: str
+    engine: str
+    kind: str
+    dtype: str | None = None
+    startup_s: float | None = None
+    log: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def measured_server(vllm_args: list[str] | None = None, **vllm_kwargs: Any) -> Iterator[Target]:
+    """``with measured_server() as t:`` the :class:`Target` to load-test (see the module doc).
+    ``vllm_args``: extra command-line flags for vLLM (e.g. ``["--no-enable-prefix-caching"]``);
+    other keywords go to :func:`labkit.serving.vllm.start_vllm`."""
+    url = settings.base_url()
+    if url:
+        model = settings.served_model() or check_openai_server(url)[0]
+        yield Target(url, model, f"your server at {url}", "external")
+    elif vllm.vllm_available():
+        server = vllm.start_vllm(extra=vllm_args, **vllm_kwargs)
+        try:
+            yield Target(server.url, server.model, "vLLM (CPU build)", "vllm", server.dtype,
+                         server.startup_s, server.log)
+        finally:
+            vllm.stop(server)
+    elif vllm.vllm_required():
+        raise RuntimeError(f"this CI machine must measure vLLM, but: {vllm.unavailable_reason()}")
+    else:
+        with fake_server(model="simulated", **SIMULATED) as srv:
+            yield Target(srv.url, "simulated", "simulated server (no model)", "simulated",
+                         notes=[vllm.unavailable_reason()])

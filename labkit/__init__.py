@@ -7,4 +7,11 @@ works and what it costs), ``serving/`` (clients, metrics, load generation, engin
 Importing ``labkit`` is cheap: heavy libraries (torch, transformers) load inside functions.
 """
 
+import logging
+
 __version__ = "0.1.0"
+
+# transformers imports torchao (chapter 06's quantization library) on every model load; its CUDA-only
+# extensions and torch's pytree deprecations would print several lines in every chapter on a CPU.
+for _name in ("torchao", "torch.utils._pytree"):
+    logging.getLogger(_name).setLevel(logging.ERROR)

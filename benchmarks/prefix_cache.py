@@ -72,6 +72,15 @@ def main() -> None:
               f"miss/hit {1 / v['ratio']:.1f}x   counters {v['metric_names']}")
         out["vllm"] = {k: v[k] for k in ("hit_ttft_s", "miss_ttft_s", "ratio", "hit_rate", "miss_rate",
                                          "shared_tokens", "metric_names", "ttft_s")}
+        if not a.quick:  # the same requests with prefix caching switched off: shared prefixes stop helping
+            with vllm.vllm_server(extra=["--no-enable-prefix-caching"]) as off_url:
+                off = prefix.hit_vs_miss(off_url, vllm.SERVED_NAME, tok, shared_tokens=384, n=4)
+            print(f"vLLM CPU, prefix caching off: shared-prefix TTFT {off['hit_ttft_s'] * 1e3:.0f} ms, "
+                  f"distinct {off['miss_ttft_s'] * 1e3:.0f} ms (shared/distinct {off['ratio']:.2f}); "
+                  f"on vs off for the shared prefix: {v['hit_ttft_s'] * 1e3:.0f} vs "
+                  f"{off['hit_ttft_s'] * 1e3:.0f} ms "
+                  f"({off['hit_ttft_s'] / v['hit_ttft_s']:.1f}x); counters {off['metric_names']}")
+            out["vllm_off"] = {k: off[k] for k in ("hit_ttft_s", "miss_ttft_s", "ratio", "ttft_s")}
     else:
         print("\nvLLM part skipped: " + ("--no-vllm" if a.no_vllm else vllm.unavailable_reason()))
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")

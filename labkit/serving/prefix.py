@@ -116,7 +116,10 @@ def hit_vs_miss(url: str, model: str, tokenizer: Any, shared_tokens: int = 512, 
             s = loadgen.run(url, 1, prompts=[p[kind][i]], check=False, **opts)
             if s["completed"] != 1:
                 raise RuntimeError(f"a {kind} request failed: {s['status_counts']}")
-            d = hit_rate(before, scrape_metrics(url))
+            try:
+                d = hit_rate(before, scrape_metrics(url))
+            except KeyError:  # prefix caching off: this vLLM exports no prefix-cache counters
+                d = {"hits": 0.0, "queries": 0.0}
             counts[kind]["hits"] += d["hits"]
             counts[kind]["queries"] += d["queries"]
             ttft[kind].append(s["median_ttft_ms"] / 1e3)
@@ -124,4 +127,11 @@ def hit_vs_miss(url: str, model: str, tokenizer: Any, shared_tokens: int = 512, 
     hit_s, miss_s = float(np.median(ttft["hit"])), float(np.median(ttft["miss"]))
     return {"hit_ttft_s": hit_s, "miss_ttft_s": miss_s, "ratio": hit_s / miss_s, "hit_rate": rates["hit"],
             "miss_rate": rates["miss"], "counts": counts, "ttft_s": ttft, "shared_tokens": shared_tokens,
-            "metric_names": prefix_metric_names(scrape_metrics(url))}
+            "metric_names": _names_or_none(scrape_metrics(url))}
+
+
+def _names_or_none(metrics: dict[str, float]) -> dict[str, str] | None:
+    try:
+        return prefix_metric_names(metrics)
+    except KeyError:
+        return None

@@ -31,10 +31,9 @@ from labkit.llm.speculative import (
     TASKS,
     EarlyExitDrafter,
     PromptLookupDrafter,
-    chat_ids,
     speculative_generate,
 )
-from labkit.models import load_llm
+from labkit.models import chat_ids, load_llm
 from labkit.settings import set_threads
 
 

@@ -216,6 +216,16 @@ def load_llm(name: str | None = None, dtype: str | None = None, device: str | No
     return model, tok
 
 
+def chat_ids(tok, text: str) -> list[int]:
+    """Token ids of ``text`` as one user turn in the tokenizer's chat template, ready to generate
+    (plain tokens when the tokenizer has no template). Chapters 06 and its benchmarks."""
+    if getattr(tok, "chat_template", None):
+        out = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                      return_dict=True)
+        return list(out["input_ids"])
+    return tok(text, return_tensors="pt").input_ids[0].tolist()
+
+
 def whisper_dir(name: str | None = None) -> str:
     """What to pass to ``faster_whisper.WhisperModel``: the folder of a bundled model
     (``tiny.en``, ``base``), checksum verified, or a hub size name (``large-v3``) as is."""

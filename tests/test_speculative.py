@@ -12,12 +12,12 @@ from labkit.llm.speculative import (
     EarlyExitDrafter,
     PromptLookupDrafter,
     accept_sampled,
-    chat_ids,
     expected_speedup,
     expected_tokens_per_pass,
     roofline_verify_ratio,
     speculative_generate,
 )
+from labkit.models import chat_ids
 
 NEW = 20
 

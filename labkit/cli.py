@@ -1,5 +1,6 @@
 """``labkit`` console command for every chapter: ``doctor`` (chapter 00), ``provision``, ``run CHAPTER``,
-``bench`` (chapter 02's load generator) and ``gpu-check`` (chapters 00, 04 and 07 on a CUDA GPU)."""
+``bench`` (chapter 02's load generator), ``gpu-check`` (chapters 00, 04 and 07 on a CUDA GPU) and
+``monitor`` (chapter 08's live view of this machine and a vLLM server)."""
 
 from __future__ import annotations
 
@@ -213,6 +214,12 @@ def _gpu_check(args: argparse.Namespace) -> int:
     return gpu_check(args.rest)
 
 
+def _monitor(args: argparse.Namespace) -> int:
+    from .serving.monitor import monitor_main
+
+    return monitor_main(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit", description="Inference Engineering Lab toolkit")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -233,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bench", help="load-test a streaming LLM server: TTFT/TPOT/ITL (chapter 02)")
     add_bench_arguments(b)
     b.set_defaults(fn=_bench)
+    mo = sub.add_parser("monitor", help="watch this machine (and a vLLM server's /metrics) live, like "
+                        "nvidia-smi dmon (chapter 08)")
+    # the options of labkit.serving.monitor.add_monitor_arguments, here so `labkit` starts fast
+    mo.add_argument("--url", help="a vLLM server whose /metrics to show too, e.g. http://127.0.0.1:8000")
+    mo.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default 1)")
+    mo.add_argument("--count", type=int, help="lines to print (default: until Ctrl-C)")
+    mo.set_defaults(fn=_monitor)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

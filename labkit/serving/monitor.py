@@ -1,0 +1,320 @@
+"""Watching a serving system while it runs (chapter 08): the tutorial's production watch list,
+measured. Host gauges from psutil and NVML (what ``nvidia-smi dmon`` reads), server gauges from
+vLLM's Prometheus ``/metrics``, request figures from load-generator records; seconds, bytes, %, W.
+Wrap ``loadgen.run`` in a :class:`Sampler`, then :func:`timeline`, :func:`dashboard`; CLI: :func:`live`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any, TextIO
+
+import httpx
+import numpy as np
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from .metrics import format_rows, request_metrics, stats, summarize
+from .streaming import base_url_of
+
+NAN = float("nan")
+TTFT = "vllm:time_to_first_token_seconds"
+KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # current vLLM, then before v1
+_NVML: list[Any] = []  # [the initialised pynvml module, or None: no library/driver]; empty until tried
+psutil.cpu_percent(interval=None)  # primes psutil: each later call measures since the one before
+
+
+def _try(f: Any, *args: Any) -> Any:
+    try:
+        return f(*args)
+    except Exception:  # noqa: BLE001 - what NVML cannot read (no driver, not supported) is left out
+        return None
+
+
+def host_sample() -> dict[str, float]:
+    """This machine now: ``time`` (``time.time()``), ``t_perf`` (``perf_counter()``, the clock of
+    request records), ``cpu_pct`` (all cores, since the previous call), ``ram_used_bytes``,
+    ``ram_pct``; per NVIDIA GPU ``gpu{i}_util_pct``, ``_mem_used_bytes``, ``_mem_total_bytes``,
+    ``_power_w`` from NVML (initialised once; no library, driver or GPU: no GPU fields, no error)."""
+    if not _NVML:
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            _NVML.append(pynvml)
+        except Exception:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, ...
+            _NVML.append(None)
+    vm, nv = psutil.virtual_memory(), _NVML[0]
+    out = {"time": time.time(), "t_perf": time.perf_counter(), "cpu_pct": psutil.cpu_percent(interval=None),
+           "ram_used_bytes": float(vm.total - vm.available), "ram_pct": vm.percent}
+    for i in range(_try(nv.nvmlDeviceGetCount) or 0) if nv is not None else ():
+        h = _try(nv.nvmlDeviceGetHandleByIndex, i)
+        util, mem, mw = (_try(f, h) for f in (nv.nvmlDeviceGetUtilizationRates, nv.nvmlDeviceGetMemoryInfo,
+                                               nv.nvmlDeviceGetPowerUsage))  # power in milliwatts
+        values = {"util_pct": util and util.gpu, "mem_used_bytes": mem and mem.used,
+                  "mem_total_bytes": mem and mem.total, "power_w": mw and mw / 1000.0}
+        out |= {f"gpu{i}_{k}": float(v) for k, v in values.items() if v is not None}
+    return out
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """vLLM's Prometheus text as :func:`server_sample`'s figures, label sets summed (KV usage: averaged)."""
+    sums, buckets, reasons, kv = Counter(), Counter(), Counter(), {}  # type: ignore[var-annotated]
+    for s in (s for fam in text_string_to_metric_families(text) for s in fam.samples):
+        if s.name == f"{TTFT}_bucket":
+            buckets[float(s.labels["le"])] += s.value
+        elif s.name == "vllm:request_success_total":
+            reasons[f"finished_{s.labels.get('finished_reason', 'all')}"] += s.value
+        elif s.name in KV_NAMES:
+            kv.setdefault(s.name, []).append(s.value)
+        sums[s.name] += s.value
+    kv_name = next((k for k in KV_NAMES if k in kv), None)
+    get = lambda name: float(sums.get(name, NAN))
+    total = {"finished_total": sum(reasons.values())} if reasons else {}
+    return {"running": get("vllm:num_requests_running"), "waiting": get("vllm:num_requests_waiting"),
+            "kv_usage_pct": 100.0 * float(np.mean(kv[kv_name])) if kv_name else NAN, "kv_metric": kv_name,
+            "prompt_tokens_total": get("vllm:prompt_tokens_total"), "ttft_count": get(f"{TTFT}_count"),
+            "generation_tokens_total": get("vllm:generation_tokens_total"), "ttft_sum": get(f"{TTFT}_sum"),
+            "ttft_buckets": dict(sorted(buckets.items()))} | dict(reasons) | total
+
+
+def server_sample(base_url: str, timeout_s: float = 2.0,
+                  client: httpx.Client | None = None) -> dict[str, Any]:
+    """Scrape ``base_url``/metrics once: ``running``, ``waiting`` (requests), ``kv_usage_pct`` (of
+    ``vllm:kv_cache_usage_perc``, or ``vllm:gpu_cache_usage_perc`` before vLLM v1: ``kv_metric``),
+    ``ttft_buckets`` (``{upper bound s: cumulative count}``), ``ttft_sum`` (s), ``ttft_count``,
+    ``finished_<reason>``/``_total``, ``prompt_``/``generation_tokens_total``; else ``error``. Scraping
+    often, pass a ``client``: ``httpx.get`` builds one per call (~50 ms of CPU)."""
+    url = f"{base_url_of(base_url)}/metrics"
+    out: dict[str, Any] = {"time": time.time(), "t_perf": time.perf_counter()}
+    try:
+        return out | parse_metrics((client or httpx).get(url, timeout=timeout_s).raise_for_status().text)
+    except (httpx.HTTPError, ValueError) as e:  # no answer, or not Prometheus text (another server)
+        return out | {"error": f"{url}: {type(e).__name__}: {e}"}
+
+
+def histogram_delta(before: dict[float, float], after: dict[float, float]) -> dict[float, float]:
+    """The cumulative histogram of what was observed between two scrapes (``after - before`` per
+    bucket). ``ValueError`` when a bucket shrank: the server restarted between them."""
+    out = {le: c - before.get(le, 0.0) for le, c in sorted(after.items())}
+    if any(v < 0 for v in out.values()):
+        raise ValueError("histogram_delta: a bucket shrank (server restarted?): scrape both from one run")
+    return out
+
+
+def ttft_quantile(buckets: dict[float, float], q: float) -> float:
+    """The ``q`` quantile (0..1) of a cumulative Prometheus histogram ``{upper bound: count}`` as
+    PromQL's ``histogram_quantile``: linear inside the bucket holding rank ``q * total`` (the first
+    starts at 0); in the ``+Inf`` bucket, the highest finite bound. NaN when empty."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be in [0, 1] (0.99 for P99), got {q!r}")
+    les, counts = np.array(sorted(buckets.items()), dtype=float).reshape(-1, 2).T
+    if les.size and les[-1] != np.inf:
+        raise ValueError("buckets need the +Inf bucket (its count is the total): pass all of them")
+    if les.size < 2 or counts[-1] <= 0:
+        return NAN
+    rank = q * counts[-1]
+    i = int(np.searchsorted(counts, rank, side="left"))  # the first bucket with count >= rank
+    if i == les.size - 1 or (i == 0 and les[0] <= 0):
+        return float(les[-2] if i else les[0])
+    lo, below = (0.0, 0.0) if i == 0 else (les[i - 1], counts[i - 1])
+    return float(lo + (les[i] - lo) * (rank - below) / (counts[i] - below))
+
+
+class Sampler:
+    """``with Sampler(interval_s, base_url) as sm:`` samples the host (and the server's /metrics) on a
+    thread: at the start, every ``interval_s`` s, at :meth:`stop`. A failed reading leaves ``error``."""
+
+    def __init__(self, interval_s: float = 0.5, base_url: str | None = None) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be a positive number of seconds, got {interval_s!r}")
+        self.interval_s, self.base_url = interval_s, base_url_of(base_url) if base_url else None
+        self._samples, self._lock, self._stop = [], threading.Lock(), threading.Event()  # type: ignore[var-annotated]
+        self._thread = threading.Thread(target=self._loop, name="labkit-sampler", daemon=True)
+        self._http = httpx.Client()  # one connection pool for every scrape
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._samples)
+
+    def sample_once(self) -> dict[str, Any]:
+        s: dict[str, Any] = {"time": time.time(), "t_perf": time.perf_counter()}
+        try:
+            server = server_sample(self.base_url, 2.0, self._http) if self.base_url else {}
+            s = {k: v for k, v in server.items() if k not in s} | host_sample()
+        except Exception as e:  # noqa: BLE001 - a failed reading must not end the sampling
+            s["error"] = f"{type(e).__name__}: {e}"
+        with self._lock:
+            self._samples.append(s)
+        return s
+
+    def _loop(self) -> None:
+        self.sample_once()
+        while not self._stop.wait(self.interval_s):
+            self.sample_once()
+        self.sample_once()
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+        self._http.close()
+
+    __exit__ = stop
+
+
+def _code(rec: dict[str, Any]) -> str:
+    """What the client saw: the HTTP code (``"200"``, ``"503"``), or a failure after or without one."""
+    status = str(rec.get("status", "error"))
+    return str(rec.get("http_status") or status) if status in ("ok", "http_error") else status
+
+
+def timeline(samples: list[dict[str, Any]], requests: list[dict[str, Any]] | None = None,
+             bin_s: float = 1.0) -> dict[str, np.ndarray]:
+    """Aligned series of :class:`Sampler` samples and request records (``perf_counter`` times, as
+    ``loadgen.run(...)["requests"]``) from the earliest of both. Per sample: ``t`` (s), ``cpu_pct``,
+    ``ram_pct``, ``running``, ``waiting``, ``kv_usage_pct``, ``gpu{i}_util_pct``. Per ``bin_s`` bin from
+    ``bin_t``: ``sent_per_s``, ``done_per_s`` (ok), ``failed_per_s``, ``code_<code>`` (requests ending
+    with it). Per ok request, at its completion ``req_t`` (s): ``req_ttft_s``, ``req_e2e_s``."""
+    if not bin_s > 0:
+        raise ValueError(f"bin_s must be a positive number of seconds, got {bin_s!r}")
+    reqs = [r for r in requests or [] if r.get("status") != "not_sent" and r.get("t_sent") is not None]
+    t0 = min([s["t_perf"] for s in samples] + [r["t_sent"] for r in reqs], default=None)
+    if t0 is None:
+        raise ValueError("timeline needs samples or request records: pass Sampler(...).samples")
+    keys = ["cpu_pct", "ram_pct", "running", "waiting", "kv_usage_pct"]
+    keys += sorted({k for s in samples for k in s if k.startswith("gpu") and k.endswith("_util_pct")})
+    tl = {"t": np.array([s["t_perf"] - t0 for s in samples], dtype=float)}
+    tl |= {k: np.array([float(s.get(k, NAN)) for s in samples], dtype=float) for k in keys}
+    ends = [(r.get("t_end") or r["t_sent"]) - t0 for r in reqs]
+    edges = np.arange(max(1, np.ceil((max(ends, default=0.0) + 1e-9) / bin_s)) + 1) * bin_s
+    count = lambda keep: np.histogram([e for r, e in zip(reqs, ends, strict=True) if keep(r)], edges)[0]
+    ok, sent = (lambda r: r.get("status") == "ok"), np.histogram([r["t_sent"] - t0 for r in reqs], edges)[0]
+    tl |= {"bin_t": edges[:-1], "sent_per_s": sent / bin_s, "done_per_s": count(ok) / bin_s,
+           "failed_per_s": count(lambda r: not ok(r)) / bin_s}
+    tl |= {f"code_{c}": count(lambda r, c=c: _code(r) == c) for c in sorted({_code(r) for r in reqs})}
+    done = [(request_metrics(r), e) for r, e in zip(reqs, ends, strict=True) if ok(r)]
+    tl["req_t"] = np.array([e for _, e in done], dtype=float)
+    return tl | {f"req_{k}": np.array([m[k] for m, _ in done], dtype=float) for k in ("ttft_s", "e2e_s")}
+
+
+def plot_timeline(tl: dict[str, np.ndarray], fig: Any = None) -> Any:
+    """Three panels sharing the time axis (s): requests sent, completed and failed per second; TTFT
+    and E2E of each request at its completion (s, points); server gauges (running, waiting; left)
+    with KV usage and CPU/GPU utilization (%, right). Returns the figure."""
+    import matplotlib.pyplot as plt
+    fig = fig or plt.figure(figsize=(9, 7))
+    a1, a2, a3 = fig.subplots(3, 1, sharex=True)
+    mid = tl["bin_t"] + (tl["bin_t"][1] - tl["bin_t"][0] if len(tl["bin_t"]) > 1 else 1.0) / 2
+    for k in ("sent_per_s", "done_per_s", "failed_per_s"):
+        a1.step(mid, tl[k], where="mid", label=k.removesuffix("_per_s"))
+    for k, marker in (("req_ttft_s", "."), ("req_e2e_s", "x")):
+        a2.plot(tl["req_t"], tl[k], marker, label=k[4:-2].upper())
+    for k, style in (("running", "-"), ("waiting", "--")):
+        a3.plot(tl["t"], tl[k], style, label=k)
+    a1.set(ylabel="requests/s", title="Load, latency and utilization over time")
+    a2.set(ylabel="seconds (at completion)")
+    a3.set(ylabel="requests", xlabel="time since start (s)")
+    pct = a3.twinx()
+    for i, k in enumerate(k for k in tl if k in ("kv_usage_pct", "cpu_pct") or k.endswith("util_pct")):
+        pct.plot(tl["t"], tl[k], ":", color=f"C{i + 2}", label=k.replace("_pct", " %"))
+    pct.set(ylabel="%", ylim=(0, 105))
+    (h1, l1), (h2, l2) = a3.get_legend_handles_labels(), pct.get_legend_handles_labels()
+    for ax, both in ((a1, {}), (a2, {}), (a3, {"handles": h1 + h2, "labels": l1 + l2})):
+        ax.legend(fontsize=8, ncol=3, **both)
+    return fig
+
+
+def dashboard(samples: list[dict[str, Any]], requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tutorial's watch list for a run: ``codes``/``code_classes`` (2xx/4xx/5xx/no_answer); P50/P90/P99
+    of ``ttft_ms``/``tpot_ms``/``e2e_ms``, ``tps`` (tokens/s per stream, :func:`summarize`); ``mean``/``max``
+    of CPU/GPU util %, RAM/GPU bytes, KV %, ``running``, ``waiting`` (queue depth); token length stats."""
+    reqs = [r for r in requests if r.get("status") != "not_sent"]
+    s, codes = summarize(reqs), [_code(r) for r in reqs]
+    classes = Counter(f"{c[0]}xx" if c.isdigit() else "no_answer" for c in codes)
+    d: dict[str, Any] = {"requests": len(reqs), "codes": dict(sorted(Counter(codes).items())),
+                         "code_classes": dict(sorted(classes.items())), "tps": s["median_tps"]}
+    for name, key in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("e2e_ms", "e2el")):
+        d[name] = {p: s[f"{p}_{key}_ms"] for p in ("p50", "p90", "p99")}
+    gauges = ["cpu_pct", "ram_used_bytes", "kv_usage_pct", "running", "waiting"]
+    for k in gauges + sorted({k for x in samples for k in x if k.endswith(("util_pct", "mem_used_bytes"))}):
+        v = np.array([float(x[k]) for x in samples if not np.isnan(x.get(k, NAN))], dtype=float)
+        d[k] = {"mean": float(v.mean()), "max": float(v.max())} if v.size else {"mean": NAN, "max": NAN}
+    ok = [r for r in reqs if r.get("status") == "ok"]  # stats() leaves out unknown (None) lengths
+    d |= {"prompt_tokens": stats(r.get("prompt_tokens") for r in ok),
+          "output_tokens": stats(request_metrics(r)["output_tokens"] for r in ok)}
+    return d
+
+
+def format_dashboard(d: dict[str, Any]) -> str:
+    """Text of a :func:`dashboard` dict, one figure per line (memory in GiB)."""
+    pairs = lambda m: ", ".join(f"{k} {v}" for k, v in m.items()) or "none"
+    dist = [{"figure": k} | {p: float(d[k][p]) for p in ("p50", "p90", "p99")}
+            for k in ("ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "output_tokens")]
+    gib = lambda k, x: x / 2**30 if k.endswith("_bytes") else x
+    gauges = [{"gauge": k.replace("_bytes", "_gib"), "mean": gib(k, v["mean"]), "max": gib(k, v["max"])}
+              for k, v in d.items() if isinstance(v, dict) and set(v) == {"mean", "max"}]
+    head = [f"requests {d['requests']}: {pairs(d['codes'])} ({pairs(d['code_classes'])})",
+            f"TPS {d['tps']:.1f} tokens/s per stream (1 / median TPOT)"]
+    return "\n".join(head + [format_rows(dist), format_rows(gauges)])
+
+
+def live(base_url: str | None = None, interval_s: float = 1.0, count: int | None = None,
+         out: TextIO = sys.stdout) -> int:
+    """A header, then a line per ``interval_s`` s (``count`` lines, default until Ctrl-C) like ``nvidia-smi
+    dmon``: time, CPU %, RAM GiB, per GPU util %, memory GiB, power W; with ``base_url`` requests running,
+    waiting, KV %, requests done in the interval and its TTFT P50 (ms, histogram delta). Returns lines."""
+    sampler = Sampler(interval_s, base_url)
+    prev, rows = sampler.sample_once(), 0
+    gpus = sorted({k.split("_")[0] for k in prev if k.startswith("gpu") and k.endswith("_util_pct")})
+    cols = [("cpu_pct", "cpu%", 1), ("ram_used_bytes", "ramGiB", 2**30)] + [
+        (f"{g}_{k}", f"{g[3:]}:{h}", scale) for g in gpus for k, h, scale in
+        (("util_pct", "gpu%", 1), ("mem_used_bytes", "memGiB", 2**30), ("power_w", "powW", 1))]
+    server = [("running", "running"), ("waiting", "waiting"), ("kv_usage_pct", "kv%"), ("done", "done")]
+    cols += [(k, h, 1) for k, h in server + [("ttft50_ms", "ttft50ms")] if base_url]
+    print("# time   " + " ".join(h.rjust(9) for _, h, _ in cols), file=out, flush=True)
+    cell = lambda v: "-".rjust(9) if v != v else f"{v:9.1f}"
+    finished = lambda s: s.get("finished_total", s.get("ttft_count", NAN))
+    try:
+        while count is None or rows < count:
+            time.sleep(interval_s)
+            cur = sampler.sample_once()
+            delta = _try(histogram_delta, prev.get("ttft_buckets", {}), cur.get("ttft_buckets", {})) or {}
+            row = cur | {"done": finished(cur) - finished(prev), "ttft50_ms": ttft_quantile(delta, 0.5) * 1e3}
+            cells = [cell(row.get(k, NAN) / scale) for k, _, scale in cols]
+            print(time.strftime("%H:%M:%S", time.localtime(cur["time"])), *cells,
+                  *([f" ({cur['error']})"] if "error" in cur else []), file=out, flush=True)
+            prev, rows = cur, rows + 1
+    except KeyboardInterrupt:  # Ctrl-C ends the view, not the program
+        pass
+    sampler.stop()
+    return rows
+
+
+def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``labkit monitor``: ``--url``, ``--interval`` (s), ``--count`` (lines)."""
+    p.add_argument("--url", help="a vLLM server whose /metrics to show too, e.g. http://127.0.0.1:8000")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default 1)")
+    p.add_argument("--count", type=int, help="lines to print (default: until Ctrl-C)")
+
+
+def monitor_main(args: argparse.Namespace) -> int:
+    """``labkit monitor``: 2 (one line on stderr) for a bad option or an unreadable ``--url``; else 0."""
+    bad = "--interval and --count must be positive" if args.interval <= 0 or (args.count or 1) < 1 else None
+    try:
+        err = server_sample(args.url).get("error") if args.url and not bad else None
+        bad = bad or err and f"cannot read the server's metrics: {err}; is it running, and is it vLLM?"
+    except ValueError as e:  # no scheme or no host
+        bad = str(e)
+    if bad:
+        print(f"error: labkit monitor: {bad}", file=sys.stderr)
+        return 2
+    live(args.url, args.interval, args.count, out=sys.stdout)
+    return 0

@@ -1,0 +1,320 @@
+"""Replicas at fleet scale, simulated with simpy (chapter 08): a day of traffic, an HPA-like
+autoscaler with cold starts and a warm pool, and blue-green vs canary rollouts.
+
+:func:`day_trace` draws a day of arrivals. :func:`simulate_fleet` serves them on replicas of
+``slots_per_replica`` concurrent slots behind one FIFO queue: the load balancer sends the oldest
+request to the least-loaded ready replica; one not started within ``max_wait_s`` is dropped. Every
+``interval_s`` the scaler sums ``waiting`` (queued requests, vLLM's ``vllm:num_requests_waiting``) or
+``running`` (busy slots, ``vllm:num_requests_running``), wants ``ceil(signal / target)`` replicas in
+[min, max], scales up at once and down only to the largest wish of the last ``scale_down_delay_s``
+(HPA's stabilization window; ``waiting`` is 0 whenever the fleet keeps up, so it scales a busy fleet
+down too). A new replica serves ``cold_start_s`` after the decision, or ``warm_start_s`` when taken
+from the warm pool (refilled in ``cold_start_s``); a removed one finishes its requests first. A GPU
+is billed from the scale-up decision until removal, warm-pool ones all the time. :func:`rollout`
+prices blue-green against canary. In :func:`simulate_fleet` arrivals, the scaler and replica
+starts are simpy processes; a request's service is a simpy ``Timeout`` whose callback frees its
+slot (no process per request: 50k requests take about half a second).
+
+Usage::
+
+    from labkit.serving import fleet
+    arrivals = fleet.day_trace(mean_rps=2.0, seed=0)
+    cfg = fleet.ScalerConfig(signal="running", target=6, cold_start_s=120, warm_pool=1)
+    r = fleet.simulate_fleet(arrivals, service_s=4.0, slots_per_replica=8, config=cfg, slo_s=10,
+                             max_wait_s=30, horizon_s=24 * 3600)
+    print(r["completed"], r["dropped"], r["late"], r["gpu_hours"], r["accounted"])
+    fleet.plot_fleet(r)
+    print(fleet.rollout("canary", replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8))
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import simpy
+
+SPIKES = ((10.0, 3.0, 0.25), (19.0, 2.5, 0.5))  # (start hour, rate multiplier, duration hours)
+#: Seconds a request holds a slot, or a function drawing them from a numpy Generator.
+Service = float | Callable[[np.random.Generator], float]
+
+
+def rate_at(t_s: float | np.ndarray, mean_rps: float, peak_to_trough: float = 4.0,
+            spikes: Sequence[tuple[float, float, float]] = SPIKES) -> np.ndarray:
+    """Arrival rate (requests/s) at ``t_s`` seconds after midnight: mean ``mean_rps`` over a day
+    (before spikes), lowest at 04:00, highest at 16:00, peak/trough ``peak_to_trough``, multiplied by
+    ``multiplier`` during each spike ``(start hour, multiplier, duration hours)``, every day."""
+    if not (mean_rps > 0 and peak_to_trough >= 1 and all(m > 0 and d >= 0 for _, m, d in spikes)):
+        raise ValueError(f"need mean_rps > 0 ({mean_rps}), peak_to_trough >= 1 ({peak_to_trough}), spikes as "
+                         f"(hour, multiplier > 0, duration hours >= 0) ({spikes})")
+    h = np.asarray(t_s, dtype=float) / 3600.0
+    a = (peak_to_trough - 1) / (peak_to_trough + 1)
+    rate = mean_rps * (1 - a * np.cos(2 * np.pi * (h - 4.0) / 24))
+    for start, mult, dur in spikes:
+        rate = rate * np.where((h - start) % 24 < dur, mult, 1.0)
+    return rate
+
+
+def day_trace(mean_rps: float, hours: float = 24, peak_to_trough: float = 4.0,
+              spikes: Sequence[tuple[float, float, float]] = SPIKES, seed: int = 0) -> np.ndarray:
+    """Sorted arrival times (s) over ``hours`` from midnight, with rate :func:`rate_at`, by thinning:
+    a Poisson process at the rate's upper bound, each point kept with probability rate/bound."""
+    if not hours > 0:
+        raise ValueError(f"hours={hours} must be positive")
+    rate_at(0.0, mean_rps, peak_to_trough, spikes)  # validates
+    rng = np.random.default_rng(seed)
+    peak = mean_rps * 2 * peak_to_trough / (peak_to_trough + 1)
+    bound = peak * math.prod(max(m, 1.0) for _, m, _ in spikes)
+    t = np.sort(rng.uniform(0.0, hours * 3600, rng.poisson(bound * hours * 3600)))
+    return t[rng.uniform(0.0, bound, t.size) < rate_at(t, mean_rps, peak_to_trough, spikes)]
+
+
+@dataclass
+class ScalerConfig:
+    """The autoscaler: replicas in [``min_replicas``, ``max_replicas``] (from 0, a queued request
+    starts the first, as KEDA's activation does); ``signal`` ``"waiting"`` or ``"running"`` and its
+    ``target`` per replica, read every ``interval_s`` s; ``cold_start_s``, ``warm_pool`` (replicas),
+    ``warm_start_s`` and ``scale_down_delay_s`` in seconds, as the module docstring describes."""
+
+    min_replicas: int = 1
+    max_replicas: int = 20
+    signal: str = "waiting"
+    target: float = 2.0
+    interval_s: float = 30.0
+    cold_start_s: float = 120.0
+    warm_pool: int = 0
+    warm_start_s: float = 5.0
+    scale_down_delay_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.signal not in ("waiting", "running"):
+            raise ValueError(f"signal={self.signal!r}: choose 'waiting' (queue depth) or 'running' (busy)")
+        if not (0 <= self.min_replicas <= self.max_replicas >= 1 and self.target > 0 and self.interval_s > 0
+                and min(self.cold_start_s, self.warm_start_s, self.warm_pool, self.scale_down_delay_s) >= 0):
+            raise ValueError(f"need 0 <= min_replicas <= max_replicas >= 1, target and interval_s > 0, the "
+                             f"other fields >= 0; got {self}")
+
+
+@dataclass(slots=True)
+class _Replica:
+    since: float                # billed from (s)
+    state: str                  # warm (pool), starting, ready, draining
+    ready_at: float = 0.0       # warm-pool replicas: when warm (s)
+    busy: int = 0
+
+
+def _service_times(service_s: Service, n: int, rng: np.random.Generator) -> np.ndarray:
+    s = np.array([service_s(rng) for _ in range(n)] if callable(service_s) else np.full(n, service_s), float)
+    if n and not (np.all(np.isfinite(s)) and s.min() > 0):
+        raise ValueError("service_s must be (or draw) positive, finite seconds")
+    return s
+
+
+def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, slots_per_replica: int,
+                   config: ScalerConfig, slo_s: float, max_wait_s: float, seed: int = 0,
+                   horizon_s: float | None = None) -> dict[str, Any]:
+    """Serve ``arrivals`` (s) on an autoscaled fleet (see the module docstring). ``service_s``: seconds
+    in a slot, or ``f(rng) -> seconds`` drawn per request from ``numpy.random.default_rng(seed)``.
+    ``min_replicas`` (and the warm pool) are up at 0 s; the run lasts until every request is done, and
+    at least ``horizon_s``. Returns ``n``, ``completed``, ``dropped``, ``late`` (completed, latency >
+    ``slo_s``), ``accounted`` (completed + dropped == n), ``p50/p99_latency_s``, ``gpu_hours``,
+    ``peak_replicas``, ``timeline`` [(t_s, ready, starting, queue depth) every ``interval_s``, after
+    the scaler's decision], ``arrivals_per_hour`` and ``end_s``."""
+    arr = np.sort(np.asarray(arrivals, dtype=float))
+    if arr.size == 0 or arr[0] < 0 or not (slo_s > 0 and max_wait_s >= 0):
+        raise ValueError(f"need arrivals (non-empty, >= 0 s: see day_trace), slo_s > 0, max_wait_s >= 0; got "
+                         f"{arr.size} arrivals, slo_s={slo_s}, max_wait_s={max_wait_s}")
+    if not isinstance(slots_per_replica, int | np.integer) or slots_per_replica < 1:
+        raise ValueError(f"slots_per_replica={slots_per_replica!r} must be an integer >= 1")
+    c, n, env = config, arr.size, simpy.Environment()
+    serv, lat, queue = _service_times(service_s, n, np.random.default_rng(seed)), np.full(n, np.nan), deque()
+    reps = [_Replica(0.0, "ready") for _ in range(c.min_replicas)]
+    ready, pool = list(reps), [_Replica(0.0, "warm") for _ in range(c.warm_pool)]
+    st, timeline, done = {"completed": 0, "dropped": 0, "billed": 0.0}, [], env.event()
+
+    def dispatch() -> None:
+        while queue and env.now - arr[queue[0]] > max_wait_s:     # the oldest gave up
+            queue.popleft()
+            st["dropped"] += 1
+        while queue:
+            best = min(ready, key=lambda r: r.busy, default=None)
+            if best is None or best.busy >= slots_per_replica:
+                break
+            best.busy += 1
+            env.timeout(serv[queue[0]]).callbacks.append(partial(finish, best, queue.popleft()))
+        if st["completed"] + st["dropped"] == n and not done.triggered:
+            done.succeed()
+
+    def finish(r: _Replica, i: int, _event: Any) -> None:
+        r.busy -= 1
+        st["completed"] += 1
+        lat[i] = env.now - arr[i]
+        if r.state == "draining" and r.busy == 0:
+            retire(r)
+        dispatch()
+
+    def retire(r: _Replica) -> None:
+        st["billed"] += env.now - r.since
+        r.state = "gone"
+        reps.remove(r)
+        if r in ready:
+            ready.remove(r)
+
+    def arrive():
+        for i, t in enumerate(arr):
+            yield env.timeout(t - env.now)
+            queue.append(i)
+            dispatch()
+
+    def start(r: _Replica, delay: float):
+        yield env.timeout(delay)
+        if r.state == "starting":               # not cancelled by a scale-down meanwhile
+            r.state = "ready"
+            ready.append(r)
+            dispatch()
+
+    def scale_up(k: int) -> None:
+        for _ in range(k):
+            warm = min(pool, key=lambda w: w.ready_at, default=None)
+            delay = max(warm.ready_at - env.now, 0.0) + c.warm_start_s if warm else math.inf
+            if warm is not None and delay < c.cold_start_s:
+                pool.remove(warm)               # keeps its billing start; a replacement starts warming
+                pool.append(_Replica(env.now, "warm", env.now + c.cold_start_s))
+                r = warm
+            else:
+                r, delay = _Replica(env.now, "warm"), c.cold_start_s
+            r.state = "starting"
+            reps.append(r)
+            env.process(start(r, delay))
+
+    def scale_down(k: int) -> None:
+        starting = [r for r in reversed(reps) if r.state == "starting"]   # cancel those first
+        for r in (starting + sorted(ready, key=lambda r: r.busy))[:k]:
+            if r.busy:
+                r.state = "draining"            # finishes its requests, then goes
+                ready.remove(r)
+            else:
+                retire(r)
+
+    def scaler():
+        wishes: deque[tuple[float, int]] = deque()
+        while True:
+            dispatch()                          # drops the requests that gave up
+            active = sum(r.state in ("starting", "ready") for r in reps)
+            signal = len(queue) if c.signal == "waiting" else sum(r.busy for r in ready)
+            wake = int(active == 0 and len(queue) > 0)      # 0 -> 1 on queued work, as KEDA activates
+            want = min(max(math.ceil(signal / c.target - 1e-9), c.min_replicas, wake), c.max_replicas)
+            wishes.append((env.now, want))
+            while wishes[0][0] < env.now - c.scale_down_delay_s:
+                wishes.popleft()
+            if want > active:
+                scale_up(want - active)
+            elif env.now >= c.scale_down_delay_s and max(w for _, w in wishes) < active:
+                scale_down(active - max(w for _, w in wishes))
+            starting = sum(r.state == "starting" for r in reps)
+            timeline.append((float(env.now), len(ready), starting, len(queue)))
+            yield env.timeout(c.interval_s)
+
+    env.process(arrive())
+    env.process(scaler())
+    env.run(until=done)
+    if horizon_s is not None and horizon_s > env.now:
+        env.run(until=horizon_s)
+    ok = lat[~np.isnan(lat)]
+    return {"n": n, "completed": st["completed"], "dropped": st["dropped"], "late": int((ok > slo_s).sum()),
+            "accounted": st["completed"] + st["dropped"] == n == ok.size + st["dropped"] and not queue,
+            "p50_latency_s": float(np.percentile(ok, 50)) if ok.size else float("nan"),
+            "p99_latency_s": float(np.percentile(ok, 99)) if ok.size else float("nan"),
+            "gpu_hours": float(st["billed"] + sum(env.now - r.since for r in reps + pool)) / 3600,
+            "peak_replicas": max(r + s for _, r, s, _ in timeline), "timeline": timeline,
+            "end_s": float(env.now), "arrivals_per_hour": np.bincount((arr // 3600).astype(int)).tolist(),
+            "config": asdict(c)}
+
+
+def plot_fleet(result: dict[str, Any], ax: Any = None) -> Any:
+    """Replicas (ready; ready + starting) and queue depth over time (h), arrival rate (requests/s,
+    hourly means) on a twin axis. Returns the Axes."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        ax = plt.subplots(figsize=(8, 3.5))[1]
+    t, ready, starting, queued = (np.array(x) for x in zip(*result["timeline"], strict=True))
+    ax.step(t / 3600, ready, where="post", label="ready replicas")
+    ax.step(t / 3600, ready + starting, where="post", ls="--", label="ready + starting")
+    ax.step(t / 3600, queued, where="post", alpha=0.6, label="queued requests")
+    ax.set(xlabel="time (h)", ylabel="replicas / queued requests", title="Autoscaled fleet over the day")
+    ax.legend(loc="upper left", fontsize=8)
+    twin, rate = ax.twinx(), np.array(result["arrivals_per_hour"]) / 3600
+    twin.stairs(rate, np.arange(rate.size + 1), color="gray", alpha=0.5)
+    twin.set_ylabel("arrival rate (requests/s, gray)")
+    return ax
+
+
+def _plan(strategy: str, r: int, splits: Sequence[float], step_s: float, cold_s: float) -> list[tuple]:
+    """Steps (t_s, new version's share, new billed, old billed, new ready, old ready) of a good rollout."""
+    if strategy == "blue_green":
+        return [(0.0, 0.0, r, r, 0, r), (cold_s, 1.0, r, r, r, r), (cold_s + step_s, 1.0, r, 0, r, 0)]
+    steps, t, new, old, share = [], 0.0, 0, r, 0.0
+    for s in splits:
+        if (k := math.ceil(s * r - 1e-9)) > new:    # start the extra new replicas, wait a cold start
+            steps.append((t, share, k, old, new, old))
+            t += cold_s
+        new, old, share = k, math.ceil((1 - s) * r - 1e-9), s
+        steps.append((t, s, new, old, new, old))
+        t += step_s
+    return steps
+
+
+def rollout(strategy: str, replicas: int, rps: float, service_s: Service, slots_per_replica: int,
+            splits: Sequence[float] = (0.05, 0.25, 0.5, 1.0), step_s: float = 600,
+            detect_s: float | None = 300, bad: bool = True, cold_start_s: float = 120.0,
+            seed: int = 0) -> dict[str, Any]:
+    """Replace ``replicas`` old replicas serving ``rps`` requests/s by a new version. ``blue_green``:
+    start ``replicas`` new ones (billed from 0 s), switch all traffic when they are ready (after
+    ``cold_start_s``), keep the old set ``step_s`` s, then remove it. ``canary``: for each share in
+    ``splits`` run ``ceil(share * replicas)`` new replicas (extra ones cold-start first; traffic
+    moves when they are ready) and ``ceil((1 - share) * replicas)`` old ones for ``step_s`` s. When
+    ``bad`` and ``detect_s`` is not None, the fault is seen ``detect_s`` s after the new version first
+    gets traffic: all traffic returns to the old set (restarted to full size if it shrank) and the
+    new set goes. Poisson arrivals (numpy, ``seed``) go to the new version with that moment's share.
+    Returns ``outcome``, ``duration_s``, ``gpu_hours`` (the transition), ``extra_gpu_hours`` (over
+    ``replicas`` for as long), ``mean_replicas``, ``peak_replicas``, ``requests``, ``requests_exposed``
+    (sent to the new version), ``failed`` (those, if bad), ``completed``, ``accounted``,
+    ``peak_utilization`` (busy slots needed / ready slots in the busier set, from the mean of
+    ``service_s``: above 1 requests queue) and ``plan``."""
+    if strategy not in ("blue_green", "canary"):
+        raise ValueError(f"strategy={strategy!r}: choose 'blue_green' or 'canary'")
+    if not (isinstance(replicas, int | np.integer) and min(replicas, slots_per_replica) >= 1 and rps > 0
+            and list(splits) == sorted(splits) and 0 < splits[0] and splits[-1] == 1.0 and step_s > 0
+            and cold_start_s >= 0 and (detect_s is None or detect_s >= 0)):
+        raise ValueError("need integer replicas and slots_per_replica >= 1, rps > 0, splits rising from "
+                         "above 0 to 1.0, step_s > 0, cold_start_s >= 0, detect_s >= 0 s (None: never seen)")
+    plan, outcome = _plan(strategy, replicas, splits, step_s, cold_start_s), "completed"
+    seen = next(p[0] for p in plan if p[1] > 0) + (math.inf if detect_s is None else detect_s)
+    if bad and seen < plan[-1][0]:              # roll back: old set to full size, new set removed
+        plan, outcome = [p for p in plan if p[0] < seen] or plan[:1], "rolled_back"
+        plan.append((seen, 0.0, 0, replicas, 0, up := plan[-1][5]))
+        if up < replicas:
+            plan.append((seen + cold_start_s, 0.0, 0, replicas, 0, replicas))
+    t, share, new_b, old_b, new_up, old_up = (np.array(x, dtype=float) for x in zip(*plan, strict=True))
+    end, gpu_s = float(t[-1]), float(np.sum(np.diff(t) * (new_b + old_b)[:-1]))
+    rng = np.random.default_rng(seed)
+    arr = np.sort(rng.uniform(0.0, end, rng.poisson(rps * end)))
+    to_new = rng.random(arr.size) < share[np.searchsorted(t, arr, side="right") - 1]
+    need = rps * float(np.mean(_service_times(service_s, 1000, rng))) / slots_per_replica  # replicas' worth
+    with np.errstate(divide="ignore", invalid="ignore"):       # 0/0: a set with no traffic and no replica
+        util = np.nan_to_num(np.maximum(share * need / new_up, (1 - share) * need / old_up))[:-1]
+    exposed, failed = int(to_new.sum()), int(to_new.sum()) if bad else 0
+    ok = int((~to_new).sum()) + exposed - failed
+    return {"strategy": strategy, "outcome": outcome, "duration_s": end, "gpu_hours": gpu_s / 3600,
+            "extra_gpu_hours": (gpu_s - replicas * end) / 3600, "mean_replicas": gpu_s / end if end else 0.0,
+            "peak_replicas": int(max(new_b + old_b)), "requests": int(arr.size), "requests_exposed": exposed,
+            "failed": failed, "completed": ok, "accounted": ok + failed == arr.size,
+            "peak_utilization": float(util.max()) if util.size else 0.0,
+            "plan": [dict(zip(("t_s", "new_share", "new_billed", "old_billed", "new_ready", "old_ready"), p,
+                              strict=True)) for p in plan]}

@@ -1,0 +1,187 @@
+"""Replicas at fleet scale (labkit.serving.fleet, chapter 08): the day trace, the autoscaler with cold
+starts and a warm pool, GPU-hour billing, blue-green vs canary rollouts, determinism and bad input."""
+
+import math
+import time
+
+import matplotlib
+import numpy as np
+import pytest
+
+from labkit.serving import fleet
+
+matplotlib.use("Agg")
+
+# One flat hour at 1 request/s with a 12-minute spike to 6/s from minute 18.
+SPIKE = fleet.day_trace(1.0, hours=1, peak_to_trough=1.0, spikes=((0.3, 6.0, 0.2),), seed=1)
+
+
+def spike_run(**overrides):
+    cfg = dict(min_replicas=1, max_replicas=6, signal="running", target=6, cold_start_s=120, interval_s=15)
+    cfg.update(overrides)
+    return fleet.simulate_fleet(SPIKE, 4.0, 8, fleet.ScalerConfig(**cfg), slo_s=10, max_wait_s=30,
+                                horizon_s=3600)
+
+
+def test_rate_at_shape():
+    a = (4 - 1) / (4 + 1)
+    assert fleet.rate_at(4 * 3600, 2.0, 4.0, spikes=()) == pytest.approx(2.0 * (1 - a))     # trough 04:00
+    assert fleet.rate_at(16 * 3600, 2.0, 4.0, spikes=()) == pytest.approx(2.0 * (1 + a))    # peak 16:00
+    assert fleet.rate_at(16 * 3600, 2.0, 4.0, spikes=()) / fleet.rate_at(4 * 3600, 2.0, 4.0, spikes=()) \
+        == pytest.approx(4.0)
+    t = np.arange(0, 24 * 3600, 60.0)
+    assert fleet.rate_at(t, 2.0, 4.0, spikes=()).mean() == pytest.approx(2.0)               # mean over a day
+    base, spiked = fleet.rate_at(10.1 * 3600, 2.0), fleet.rate_at(10.1 * 3600, 2.0, spikes=())
+    assert base == pytest.approx(3.0 * spiked)                                   # default spike at 10:00, x3
+    assert fleet.rate_at(10.3 * 3600, 2.0) == pytest.approx(fleet.rate_at(10.3 * 3600, 2.0, spikes=()))
+
+
+def test_day_trace_follows_the_rate():
+    arr = fleet.day_trace(0.5, seed=0)
+    assert np.all(np.diff(arr) >= 0) and arr[0] >= 0 and arr[-1] < 24 * 3600
+    t = np.arange(0, 24 * 3600, 10.0)
+    expected = fleet.rate_at(t, 0.5).sum() * 10.0
+    assert abs(arr.size - expected) < 4 * math.sqrt(expected)
+    per_hour = np.bincount((arr // 3600).astype(int), minlength=24)
+    assert per_hour[4] < per_hour[16] and per_hour[19] > per_hour[18]          # trough, peak, spike
+    assert np.array_equal(arr, fleet.day_trace(0.5, seed=0))
+    assert not np.array_equal(arr, fleet.day_trace(0.5, seed=1))
+    for bad in (dict(mean_rps=0), dict(mean_rps=1, hours=0), dict(mean_rps=1, peak_to_trough=0.5),
+                dict(mean_rps=1, spikes=((1.0, -2.0, 1.0),))):
+        with pytest.raises(ValueError):
+            fleet.day_trace(**bad)
+
+
+def test_gpu_hours_known_answer_with_fixed_replicas():
+    arr = np.arange(0, 3600, 1.0)                            # one request a second for an hour
+    cfg = fleet.ScalerConfig(min_replicas=3, max_replicas=3)
+    r = fleet.simulate_fleet(arr, 0.5, 1, cfg, slo_s=1.0, max_wait_s=5)
+    assert (r["completed"], r["dropped"], r["late"], r["peak_replicas"]) == (3600, 0, 0, 3)
+    assert r["p50_latency_s"] == r["p99_latency_s"] == 0.5
+    assert r["end_s"] == 3599.5 and r["gpu_hours"] == pytest.approx(3 * 3599.5 / 3600)
+    day = fleet.simulate_fleet(arr, 0.5, 1, cfg, slo_s=1.0, max_wait_s=5, horizon_s=7200)
+    assert day["gpu_hours"] == pytest.approx(6.0)            # billed to the horizon
+    warm = fleet.ScalerConfig(min_replicas=3, max_replicas=3, warm_pool=2)
+    assert fleet.simulate_fleet(arr, 0.5, 1, warm, 1.0, 5, horizon_s=3600)["gpu_hours"] == pytest.approx(5.0)
+    assert len(day["timeline"]) == 7200 // 30 and day["arrivals_per_hour"] == [3600]   # every 30 s
+
+
+def test_accounting_always_holds():
+    def lognormal(rng):
+        return float(rng.lognormal(1.0, 0.5))
+
+    cases = [dict(), dict(min_replicas=0), dict(max_replicas=1), dict(signal="waiting", target=1),
+             dict(warm_pool=3, cold_start_s=600), dict(scale_down_delay_s=0, interval_s=5)]
+    for i, kw in enumerate(cases):
+        for wait in (0.0, 30.0):
+            r = fleet.simulate_fleet(SPIKE, lognormal, 4, fleet.ScalerConfig(**kw), 10, wait, seed=i)
+            assert r["accounted"] and r["completed"] + r["dropped"] == r["n"] == SPIKE.size, (kw, wait)
+            assert 0 <= r["late"] <= r["completed"]
+
+
+def test_more_replicas_or_a_warm_pool_never_drop_more_on_a_spike():
+    by_max = [spike_run(max_replicas=m) for m in (1, 2, 3, 6, 12)]
+    drops = [r["dropped"] for r in by_max]
+    assert drops == sorted(drops, reverse=True) and drops[0] > drops[-1]
+    by_pool = [spike_run(warm_pool=w) for w in (0, 1, 2)]
+    assert [r["dropped"] for r in by_pool] == sorted((r["dropped"] for r in by_pool), reverse=True)
+    late = [r["late"] for r in by_pool]
+    assert late[0] > late[1] > late[2] and by_pool[2]["p99_latency_s"] < by_pool[0]["p99_latency_s"]
+    assert by_pool[2]["gpu_hours"] > by_pool[0]["gpu_hours"]  # the warm pool is paid for all the time
+
+
+def test_shorter_cold_start_means_fewer_late_requests():
+    late = [spike_run(cold_start_s=c)["late"] for c in (30, 120, 300)]
+    assert late[0] < late[1] < late[2]
+
+
+def test_scaling_follows_the_spike_and_comes_back_down():
+    for kw in (dict(), dict(signal="waiting", target=2)):
+        r = spike_run(**kw)
+        t, ready, starting, _ = zip(*r["timeline"], strict=True)
+        assert r["peak_replicas"] >= 4 and ready[-1] <= 2 and starting[-1] == 0
+    # queue depth is 0 once the fleet keeps up, so the "waiting" signal lets it shrink mid-spike
+    wait = [ready for t, ready, _, _ in spike_run(signal="waiting", target=2)["timeline"] if 1400 < t < 1800]
+    assert max(wait) == 6 and min(wait) == 1
+    slow = spike_run(scale_down_delay_s=1200)
+    assert slow["gpu_hours"] > spike_run(scale_down_delay_s=60)["gpu_hours"]
+
+
+def test_determinism_with_seed():
+    def expo(rng):
+        return float(rng.exponential(4.0))
+
+    cfg = fleet.ScalerConfig(signal="running", target=6, max_replicas=6)
+    a = fleet.simulate_fleet(SPIKE, expo, 8, cfg, 10, 30, seed=5)
+    assert a == fleet.simulate_fleet(SPIKE, expo, 8, cfg, 10, 30, seed=5)
+    assert a["p99_latency_s"] != fleet.simulate_fleet(SPIKE, expo, 8, cfg, 10, 30, seed=6)["p99_latency_s"]
+
+
+def test_fifty_thousand_requests_run_fast():
+    arr = fleet.day_trace(0.6, seed=0)
+    assert 45_000 < arr.size < 65_000
+    cfg = fleet.ScalerConfig(signal="running", target=6, warm_pool=1)
+    t0 = time.perf_counter()
+    r = fleet.simulate_fleet(arr, 4.0, 8, cfg, slo_s=10, max_wait_s=30, horizon_s=24 * 3600)
+    assert time.perf_counter() - t0 < 10                      # ~0.5 s on 2 shared cores
+    assert r["accounted"] and r["completed"] > 0.99 * r["n"]
+
+
+def test_plot_fleet():
+    ax = fleet.plot_fleet(spike_run())
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ready replicas", "ready + starting",
+                                                                    "queued requests"]
+
+
+def test_bad_scaler_and_fleet_arguments():
+    for bad in (dict(signal="gpu"), dict(min_replicas=3, max_replicas=2), dict(target=0),
+                dict(interval_s=0), dict(cold_start_s=-1), dict(warm_pool=-1), dict(max_replicas=0)):
+        with pytest.raises(ValueError):
+            fleet.ScalerConfig(**bad)
+    cfg = fleet.ScalerConfig()
+    for args in (([], 1.0, 1), ([-1.0], 1.0, 1), ([1.0], 0.0, 1), ([1.0], 1.0, 0),
+                 ([1.0], lambda rng: -1, 1)):
+        with pytest.raises(ValueError):
+            fleet.simulate_fleet(*args, config=cfg, slo_s=1, max_wait_s=1)
+    with pytest.raises(ValueError, match="slo_s"):
+        fleet.simulate_fleet([1.0], 1.0, 1, cfg, slo_s=0, max_wait_s=1)
+
+
+def test_blue_green_doubles_replicas_canary_exposes_its_share():
+    kw = dict(replicas=4, rps=20.0, service_s=0.4, slots_per_replica=8, detect_s=300, cold_start_s=120,
+              seed=3)
+    bg, can = fleet.rollout("blue_green", **kw), fleet.rollout("canary", **kw)
+    for r in (bg, can):
+        assert r["outcome"] == "rolled_back" and r["duration_s"] == 420.0         # cold start + detection
+        assert r["accounted"] and r["completed"] + r["failed"] == r["requests"]
+    assert bg["mean_replicas"] == pytest.approx(8.0) and bg["peak_replicas"] == 8
+    assert bg["extra_gpu_hours"] == pytest.approx(4 * 420 / 3600)
+    assert can["extra_gpu_hours"] == pytest.approx(1 * 420 / 3600)              # one canary replica
+    assert bg["requests_exposed"] == pytest.approx(20.0 * 300, rel=0.05)
+    assert can["requests_exposed"] / bg["requests_exposed"] == pytest.approx(0.05, abs=0.01)
+    assert can["failed"] == can["requests_exposed"]
+
+
+def test_good_rollouts_complete():
+    kw = dict(replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8, bad=False, cold_start_s=120)
+    bg, can = fleet.rollout("blue_green", **kw), fleet.rollout("canary", **kw)
+    assert bg["outcome"] == can["outcome"] == "completed" and bg["failed"] == can["failed"] == 0
+    assert bg["duration_s"] == 120 + 600 and bg["gpu_hours"] == pytest.approx(8 * 720 / 3600)
+    # canary replicas 1, 1, 2, 4 of 4: three cold starts and three held steps
+    assert can["duration_s"] == 3 * 120 + 3 * 600
+    assert [p["new_ready"] for p in can["plan"]] == [0, 1, 1, 1, 2, 2, 4]
+    assert [p["new_share"] for p in can["plan"]] == [0, 0.05, 0.25, 0.25, 0.5, 0.5, 1.0]
+    assert [p["old_billed"] for p in can["plan"]] == [4, 4, 3, 3, 2, 2, 0]
+    assert can["completed"] == can["requests"] and 0 < can["peak_utilization"] <= 1
+    assert can["extra_gpu_hours"] < bg["extra_gpu_hours"]
+    never_seen = fleet.rollout("canary", **{**kw, "bad": True, "detect_s": None})
+    assert never_seen["outcome"] == "completed" and never_seen["failed"] == never_seen["requests_exposed"] > 0
+    assert fleet.rollout("canary", **kw) == can                # deterministic with the seed
+
+
+def test_rollout_bad_arguments():
+    kw = dict(replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8)
+    for bad in (dict(strategy="big_bang"), dict(replicas=0), dict(rps=0), dict(splits=(0.5, 0.25, 1.0)),
+                dict(splits=(0.1, 0.5)), dict(step_s=0), dict(detect_s=-1), dict(slots_per_replica=0)):
+        with pytest.raises(ValueError):
+            fleet.rollout(**{"strategy": "canary", **kw, **bad})

@@ -49,6 +49,12 @@ def test_step_costs_from_summaries():
     assert c["decode_points"] == [(1, 0.02), (4, 0.032)]
     with pytest.raises(ValueError, match="prompt tokens"):
         B.step_costs(single | {"total_input_tokens": 0}, [])
+    long = single | {"total_input_tokens": 1000, "median_ttft_ms": 90.0}
+    c = B.step_costs(single, [four], long=long)
+    assert c["prefill_points"] == [(100.0, 0.05), (500.0, 0.09)]
+    from labkit.serving.batchsim import fit_step_cost
+
+    assert fit_step_cost(c["prefill_points"], c["decode_points"]).prefill_s_per_token == pytest.approx(1e-4)
 
 
 def test_weight_load_reports_bytes_params_and_download_time(tmp_path):

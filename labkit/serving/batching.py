@@ -118,17 +118,26 @@ def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> dic
             "p99_queued_e2e_ms": e2e["p99"] * 1000}
 
 
-def step_costs(single: dict[str, Any], batched: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per-step costs of a server from load-test summaries: prefill seconds per prompt token from
-    ``single`` (a concurrency-1 run: median TTFT / mean prompt tokens), and decode step seconds at
-    each batch size from every run's median inter-token latency (at concurrency ``c`` a step serves
-    ``c`` streams; the median skips the few gaps stretched by another request's prefill, which the
-    simulator adds itself). Returns ``prefill_points`` [(tokens, s)] and ``decode_points`` [(batch, s)], the
-    inputs of :func:`labkit.serving.batchsim.fit_step_cost`."""
-    ok = single["completed"] or 1
-    prompt_tokens = single["total_input_tokens"] / ok
-    if not prompt_tokens > 0:
-        raise ValueError("the concurrency-1 run reported no prompt tokens; the server must return usage")
-    prefill = [(prompt_tokens, single["median_ttft_ms"] / 1000.0)]
+def step_costs(single: dict[str, Any], batched: Sequence[dict[str, Any]],
+               long: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per-step costs of a server from load-test summaries, the inputs of
+    :func:`labkit.serving.batchsim.fit_step_cost`:
+
+    * ``prefill_points`` [(prompt tokens, TTFT s)]: the median TTFT of ``single`` (a concurrency-1
+      run) at its mean prompt length, and of ``long`` (the same with longer prompts) if given. With
+      both, the fit's slope is the cost of one more prompt token; the intercept (HTTP, tokenizing,
+      scheduling, the first decode step) drops out. With ``single`` alone, TTFT / prompt tokens
+      charges all of that to the prompt and overstates prefill.
+    * ``decode_points`` [(batch, s)]: each run's median inter-token latency at its concurrency (at
+      concurrency ``c`` a step serves ``c`` streams; the median skips the few gaps stretched by
+      another request's prefill, which the simulator adds itself)."""
+    prefill = []
+    for s in (single, long):
+        if s is None:
+            continue
+        tokens = s["total_input_tokens"] / max(1, s["completed"])
+        if not tokens > 0:
+            raise ValueError("a calibration run reported no prompt tokens; the server must return usage")
+        prefill.append((tokens, s["median_ttft_ms"] / 1000.0))
     decode = [(int(s["concurrency"]), s["median_itl_ms"] / 1000.0) for s in [single, *batched]]
     return {"prefill_points": prefill, "decode_points": decode}

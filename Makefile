@@ -28,7 +28,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check
+.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report
 .DEFAULT_GOAL := help
 
 help:
@@ -42,6 +42,7 @@ help:
 	@echo "make test-avx2      the chapters as on an AVX2-only CPU (no AVX-512, no native bf16), emulated"
 	@echo "make gpu-check      on a CUDA machine: bandwidth, TFLOPS, decode ceiling, fp16 diffusion (no download)"
 	@echo "make serve          the bundled model behind vLLM's OpenAI API on 127.0.0.1:8000 (Linux x86_64)"
+	@echo "make report         check every claim of the tutorial here: reports/index.html + the chapters as pages (offline)"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"
 
 $(STAMP): pyproject.toml
@@ -88,6 +89,11 @@ notebooks: setup $(SERVE_DEP)
 	$(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
 
 test: setup lint unit notebooks
+
+# The lab report: runs each chapter, or reuses its last run of the same code on this machine
+# (REPORT_ARGS=--rerun runs them all again; --out DIR writes elsewhere than reports/).
+report: setup $(SERVE_DEP)
+	$(BIN)/python -m labkit.report $(REPORT_ARGS)
 
 # An AVX2-only CPU (older Intel, AMD before Zen 4) on a newer one: torch's kernels and oneDNN capped
 # at AVX2, so bf16 has no hardware path. The first line fails unless the cap really took effect.

@@ -1,6 +1,7 @@
 """``labkit`` console command for every chapter: ``doctor`` (chapter 00), ``provision``, ``run CHAPTER``,
 ``bench`` (chapter 02's load generator), ``gpu-check`` (chapters 00, 04 and 07 on a CUDA GPU) and
-``monitor`` (chapter 08's live view of this machine and a vLLM server)."""
+``monitor`` (chapter 08's live view of this machine and a vLLM server) and ``report`` (every
+chapter: the tutorial's claims checked here)."""
 
 from __future__ import annotations
 
@@ -214,6 +215,12 @@ def _gpu_check(args: argparse.Namespace) -> int:
     return gpu_check(args.rest)
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .report.build import main as report
+
+    return report(args.rest)
+
+
 def _monitor(args: argparse.Namespace) -> int:
     from .serving.monitor import monitor_main
 
@@ -247,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     mo.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default 1)")
     mo.add_argument("--count", type=int, help="lines to print (default: until Ctrl-C)")
     mo.set_defaults(fn=_monitor)
+    rp = sub.add_parser("report", help="check every claim of the tutorial on this machine; writes reports/")
+    rp.add_argument("rest", nargs=argparse.REMAINDER,
+                    help="options of python -m labkit.report (see --help there)")
+    rp.set_defaults(fn=_report)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -1,0 +1,162 @@
+"""``make report`` / ``python -m labkit.report``: run the chapters (or reuse their last run) and write
+the lab report (every chapter).
+
+For each chapter the report needs two things from one run: ``build/results/<chapter>.json`` (what
+the chapter recorded, :mod:`labkit.results`) and the executed notebook ``build/<notebook>.ipynb``.
+It reuses them when they come from this commit (with the same local changes), this machine and
+this profile, the notebook was written after the last value was recorded, and the run raised no
+error; otherwise it runs the chapter (:func:`labkit.chapters.run_chapter`). ``--rerun`` runs every
+chapter; ``--chapters`` picks some (the others are reused when fresh, else left "not measured").
+
+Writes into ``--out`` (default ``reports/``): ``index.html`` (the claims table), ``chapters/<notebook>.html``
+(the executed chapters, offline) with their ``lab.css``, and ``results.json`` (everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..chapters import CHAPTERS, available, names, resolve, run_chapter
+from ..paths import REPO
+from ..results import load, results_dir, source, this_machine
+from ..settings import profile
+from .ledger import load_ledger
+from .page import index_page
+from .site import exporter, notebook_status, render_notebook, write_css
+from .verdicts import judge_all, summary
+
+BUILD = REPO / "build"
+
+
+def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = False) -> str | None:
+    """Why a chapter's recorded run cannot be reused (``None``: it can): no results, another machine,
+    commit, set of local changes or profile, no executed notebook written after the last record.
+    ``just_ran``: the report has just run the chapter and these are that run's results, whatever code
+    changed meanwhile (another engineer's commit), so the code is not compared."""
+    if data is None:
+        return "no results recorded yet"
+    if not {"started", "updated"} <= data.keys():
+        return "its results file has no run times (not written by labkit.results)"
+    src, (machine, _) = source(), this_machine()
+    if data.get("machine") != machine:
+        return "recorded on another machine"
+    if not just_ran and (data.get("commit"), data.get("diff_sha")) != (src["commit"], src["diff_sha"]):
+        return "recorded from other code (another commit or other local changes)"
+    if data.get("profile") != profile().name:
+        return f"recorded with profile {data.get('profile')}"
+    if not executed.is_file():
+        return "its executed notebook is missing"
+    updated = datetime.datetime.fromisoformat(data["updated"]).timestamp()
+    if executed.stat().st_mtime < updated:
+        return "its executed notebook is older than the recorded values"
+    return None
+
+
+def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: int) -> dict[str, Any]:
+    """Reuse or run chapter ``short``; returns what the report says about it, with ``data`` (its
+    results, ``None`` when unusable) and ``executed`` (the executed notebook, or ``None``)."""
+    import nbformat
+
+    executed = build_dir / CHAPTERS[short]
+    _, number, stem, _ = names(short)
+    info: dict[str, Any] = {"chapter": short, "number": number, "notebook": CHAPTERS[short], "stem": stem}
+    data = load(short)
+    why = staleness(data, executed)
+    status = notebook_status(nbformat.read(executed, as_version=4)) if why is None else {"ok": True}
+    if run and (rerun or why or not status["ok"]):
+        reason = "asked to rerun" if rerun else why or "its last run failed"
+        print(f"== {number} {short}: running ({reason}) ...", flush=True)
+        t0, before = time.perf_counter(), data and data.get("run")
+        rc = run_chapter(short, timeout=timeout, out_dir=build_dir)
+        data = load(short)
+        ran = data is not None and data.get("run") != before  # a new kernel recorded: a new run id
+        why = staleness(data, executed, just_ran=True) if ran else "the run recorded nothing"
+        info["state"] = f"ran for this report in {time.perf_counter() - t0:.0f} s"
+        info["rc"] = rc
+        if why is not None:
+            info.update(ok=False, error=f"no usable results: {why}", date="", data=None, executed=None)
+            return info
+    elif why is None:
+        print(f"== {number} {short}: reusing its run of {data['started']} (same code, machine and profile)")
+        info["state"] = "reused a run of the same code on this machine"
+    else:
+        print(f"== {number} {short}: not run ({why})")
+        info.update(state=f"not run ({why})", ok=False, error="", date="", data=None, executed=None)
+        return info
+    status = notebook_status(nbformat.read(executed, as_version=4))
+    info.update(ok=status["ok"], error=status["error"], date=data["started"], data=data, executed=executed)
+    return info
+
+
+def build(out: Path, chapters: list[str] | None = None, rerun: bool = False, timeout: int = 1800,
+          build_dir: Path = BUILD) -> dict[str, Any]:
+    """Make the report in ``out``; returns the report dict (what ``results.json`` holds)."""
+    claims = load_ledger()
+    wanted = {resolve(c) for c in chapters} if chapters else set(available())
+    machine, device = this_machine()
+    info: dict[str, dict[str, Any]] = {}
+    for short in CHAPTERS:
+        if short in available():
+            info[short] = chapter_state(short, build_dir, short in wanted, rerun, timeout)
+        else:
+            _, number, stem, _ = names(short)
+            info[short] = {"chapter": short, "number": number, "notebook": CHAPTERS[short], "stem": stem,
+                           "state": "no notebook yet", "ok": False, "error": "", "date": "", "data": None,
+                           "executed": None}
+    results = {short: i.pop("data") for short, i in info.items()}
+    rows = judge_all(claims, results, device)
+    pages = out / "chapters"
+    exp = exporter()
+    write_css(pages, exp)
+    written = set()
+    for short, i in info.items():
+        executed = i.pop("executed")
+        if executed is not None:
+            page = pages / f"{i['stem']}.html"
+            render_notebook(executed, page, f"{i['number']} · {short}", exp)
+            i["html"] = f"chapters/{page.name}"
+            written.add(page.name)
+    for old in pages.glob("*.html"):
+        if old.name not in written:
+            old.unlink()
+    report = {"machine": machine, "device": device, "date": datetime.datetime.now().astimezone().isoformat(
+        timespec="seconds"), "source": source(), "profile": profile().name, "summary": summary(rows),
+        "chapters": info, "rows": rows, "results": results, "results_dir": str(results_dir())}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index.html").write_text(index_page(report))
+    (out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m labkit.report", description="Check every claim of the "
+                                "tutorial on this machine and write the lab report (HTML, offline).")
+    p.add_argument("--out", type=Path, default=REPO / "reports", help="folder to write (default: reports/)")
+    p.add_argument("--rerun", action="store_true", help="run every chosen chapter even if a fresh run exists")
+    p.add_argument("--chapters", nargs="+", metavar="CHAPTER",
+                   help="run or reuse only these (short name, number or notebook); default: all")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per notebook cell (default 1800)")
+    a = p.parse_args(argv)
+    try:
+        t0 = time.perf_counter()
+        report = build(a.out, a.chapters, a.rerun, a.timeout)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    size = sum(f.stat().st_size for f in a.out.rglob("*") if f.is_file())
+    print(", ".join(f"{n} {v}" for v, n in report["summary"].items()))
+    failed = [s for s, i in report["chapters"].items() if i["error"]]
+    if failed:
+        print(f"chapters that failed: {', '.join(failed)} (see the report)")
+    left = [s for s, i in report["chapters"].items() if i["state"].startswith("not run")]
+    if left:
+        print(f"left out, without results: {', '.join(left)} (--chapters {' '.join(left)} runs them)")
+    took = time.perf_counter() - t0
+    print(f"report: {a.out / 'index.html'} ({size / 1e6:.1f} MB in {a.out}, made in {took:.0f} s)")
+    return 0

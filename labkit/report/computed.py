@@ -1,0 +1,122 @@
+"""Checks the lab report computes itself (every chapter's ``fn:`` rows in ``data/claims.toml``).
+
+Two kinds, each a function returning ``{"value", "unit", "note"}``:
+
+* the tutorial's code snippets run against the installed libraries (chapters 00 and 07): does
+  ``get_device_properties(0).total_mem`` exist, does ``enable_xformers_memory_efficient_attention()``
+  run here;
+* expectations for claims only a GPU can measure (chapter 07's "an hour of audio in under 4 s"),
+  from datasheets (:mod:`labkit.hardware.catalog`) and the model's published shape.
+
+External figures are inputs with their source; everything else is arithmetic on them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..hardware.catalog import ACCELERATORS
+
+# Whisper large-v3's shape, from its config.json on the Hugging Face hub (openai/whisper-large-v3,
+# read 2025): d_model 1280, 32 encoder and 32 decoder layers, FFN 5120, 1500 encoder positions per
+# 30 s window, vocabulary 51,866.
+WHISPER_LARGE_V3 = {"d_model": 1280, "encoder_layers": 32, "decoder_layers": 32, "ffn": 5120,
+                    "positions": 1500, "vocab": 51866, "window_s": 30.0}
+TOKENS_PER_WINDOW = 100  # assumption: speech at ~150 words/minute is ~75 words, ~100 tokens per 30 s
+
+
+def whisper_window_flops(shape: dict[str, float] = WHISPER_LARGE_V3,
+                         tokens: int = TOKENS_PER_WINDOW) -> dict[str, float]:
+    """FLOPs of one 30 s window through Whisper: ``encoder`` (2 x weights x positions, plus attention
+    scores and mixing 4 x positions² x d per layer), ``decoder`` (2 x weights per token, cross-attention
+    to every position, LM head) and ``total``. Weights per layer: 4d² attention + 2 x d x ffn MLP
+    (the decoder adds 4d² of cross-attention)."""
+    d, ffn, t = shape["d_model"], shape["ffn"], shape["positions"]
+    enc_layer, dec_layer = 4 * d * d + 2 * d * ffn, 8 * d * d + 2 * d * ffn
+    encoder = shape["encoder_layers"] * (2 * enc_layer * t + 4 * t * t * d)
+    per_token = shape["decoder_layers"] * (2 * dec_layer + 4 * t * d) + 2 * d * shape["vocab"]
+    decoder = tokens * per_token
+    return {"encoder": encoder, "decoder": decoder, "total": encoder + decoder}
+
+
+def whisper_hour_seconds(accelerator: str = "H100 SXM", dtype: str = "bf16", hour_s: float = 3600.0) -> dict:
+    """Seconds to transcribe an hour of audio with Whisper large-v3 at ``accelerator``'s dense peak
+    (the compute roof: batched windows are compute-bound), and the share of that peak the tutorial's
+    "under 4 s" needs."""
+    acc = ACCELERATORS[accelerator]
+    windows = hour_s / WHISPER_LARGE_V3["window_s"]
+    flops = windows * whisper_window_flops()["total"]
+    seconds = flops / (acc.tflops[dtype] * 1e12)
+    return {"value": seconds, "unit": "s",
+            "note": f"{windows:.0f} windows x {flops / windows / 1e12:.2f} TFLOP (Whisper large-v3, "
+                    f"~{TOKENS_PER_WINDOW} tokens each) at the {accelerator} {dtype} peak of "
+                    f"{acc.tflops[dtype]:.0f} TFLOPS: {seconds:.2f} s; under 4 s needs "
+                    f"{seconds / 4:.0%} of that peak"}
+
+
+def _declared_fields(stub: Path, cls: str) -> set[str] | None:
+    """Attribute names class ``cls`` declares in a type stub (``None`` when the stub or class is absent)."""
+    try:
+        tree = ast.parse(stub.read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return {s.target.id for s in node.body
+                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    return None
+
+
+def torch_total_mem() -> dict[str, Any]:
+    """Whether ``torch.cuda.get_device_properties(0).total_mem`` (the tutorial's chapter 00 snippet)
+    exists: on a CUDA machine the real object is asked; elsewhere the fields torch declares for it
+    in its type stub (``torch/_C/__init__.pyi``), the same on every build."""
+    import torch
+
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        has, how = hasattr(props, "total_mem"), f"asked {props.name}'s properties"
+    else:
+        stub = Path(torch.__file__).parent / "_C" / "__init__.pyi"
+        fields = _declared_fields(stub, "_CudaDeviceProperties")
+        if fields is None:
+            return {"value": None, "unit": "", "note": f"{stub} declares no CUDA device properties"}
+        has = "total_mem" in fields
+        how = (f"torch {torch.__version__} declares {', '.join(f for f in sorted(fields) if 'mem' in f)} "
+               "for CUDA device properties")
+    return {"value": has, "unit": "", "note": how}
+
+
+def xformers_snippet() -> dict[str, Any]:
+    """Runs what the tutorial's ``pipe.enable_xformers_memory_efficient_attention()`` (chapter 07)
+    does to each attention layer, on a tiny diffusers ``Attention``: ``True`` when it runs here,
+    else ``False`` with the exception it raises."""
+    from diffusers.models.attention_processor import Attention
+
+    layer = Attention(query_dim=8, heads=1, dim_head=8)
+    try:
+        layer.set_use_memory_efficient_attention_xformers(True)
+    except Exception as e:  # noqa: BLE001 - any failure is the answer
+        return {"value": False, "unit": "", "note": f"{type(e).__name__}: {' '.join(str(e).split())}"}
+    return {"value": True, "unit": "", "note": "xformers is installed and a CUDA GPU answers"}
+
+
+COMPUTED: dict[str, Callable[[], dict[str, Any]]] = {
+    "torch_total_mem": torch_total_mem,
+    "xformers_snippet": xformers_snippet,
+    "whisper_hour_h100_s": whisper_hour_seconds,
+}
+
+
+def compute(name: str) -> dict[str, Any]:
+    """Run the computed check ``name``; a failure becomes ``value None`` with the error as the note,
+    so one broken check cannot stop the report. ``KeyError`` for an unknown name."""
+    if name not in COMPUTED:
+        raise KeyError(f"no computed check {name!r}; known: {', '.join(COMPUTED)}")
+    try:
+        return COMPUTED[name]()
+    except Exception as e:  # noqa: BLE001 - reported in the row instead
+        return {"value": None, "unit": "", "note": f"could not compute: {type(e).__name__}: {e}"}

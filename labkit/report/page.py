@@ -1,0 +1,135 @@
+"""The lab report's front page, ``index.html`` (every chapter): one self-contained HTML file.
+
+What it shows, top to bottom: the machine and date, how many claims got each verdict, the chapter
+index (links to the executed chapters' pages), the claims table (claim, what the tutorial says,
+what this machine measured, the verdict and why, the chapter), then every value each chapter
+recorded. Plain HTML with inline CSS: no script, no font or stylesheet from the network.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from .verdicts import VERDICTS, fmt_value
+
+COLORS = {"holds": "#1a7f37", "does not hold here": "#9a6700", "wrong": "#cf222e",
+          "needs a GPU": "#0969da", "not measured": "#6e7781"}
+CSS = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto;
+       max-width: 1280px; padding: 0 16px; color: #1f2328; }
+h1 { font-size: 24px; margin-bottom: 4px; } h2 { font-size: 19px; margin-top: 32px; }
+.meta { color: #57606a; font-size: 13px; } .meta code { font-size: 12px; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0; }
+th, td { border-bottom: 1px solid #d0d7de; padding: 6px 8px; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; font-size: 13px; }
+td.q { font-style: italic; color: #424a53; max-width: 340px; }
+td.v { white-space: nowrap; font-variant-numeric: tabular-nums; }
+.small { color: #57606a; font-size: 12px; } .badge { color: #fff; border-radius: 10px;
+  padding: 1px 8px; font-size: 12px; white-space: nowrap; }
+.counts span { margin-right: 12px; }
+"""
+
+
+def badge(verdict: str) -> str:
+    """A verdict as a colored label."""
+    return f'<span class="badge" style="background:{COLORS.get(verdict, "#6e7781")}">{escape(verdict)}</span>'
+
+
+def _also(row: dict[str, Any]) -> str:
+    items = [f"{escape(a['key'])} {escape(fmt_value(a['value'], a['unit']))}" if a["value"] is not None
+             else f"{escape(a['key'])}: {escape(a['note'])}" for a in row["also"]]
+    return f'<div class="small">{"; ".join(items)}</div>' if items else ""
+
+
+def claim_row(row: dict[str, Any], chapters: dict[str, dict[str, Any]]) -> str:
+    """One ``<tr>`` of the claims table."""
+    ch = chapters.get(row["chapter"], {})
+    link = (f'<a href="{escape(ch["html"])}">{escape(ch["number"])} {escape(row["chapter"])}</a>'
+            if ch.get("html") else escape(row["chapter"]))
+    value = escape(fmt_value(row["value"], row["unit"])) if row["value"] is not None else "&mdash;"
+    where = {"here": "measured here", "computed": "computed (any machine)", "gpu": "needs a GPU to measure"}
+    reason = f'<div class="small">{escape(row["reason"])}</div>' if row["reason"] else ""
+    when = f"<br>recorded {escape(row['at'][:10])}" if row.get("at") else ""
+    return (f'<tr id="{escape(row["id"])}"><td><b>{escape(row["claim"])}</b>'
+            f'<div class="small">{escape(row["id"])} &middot; {where[row["where"]]}</div></td>'
+            f'<td class="q">{escape(row["tutorial"])}</td>'
+            f'<td class="v">{value}<div class="small">expected {escape(row["expect"])}{when}</div></td>'
+            f'<td>{escape(row["measure"])}{_also(row)}</td>'
+            f"<td>{badge(row['verdict'])}{reason}</td><td>{link}</td></tr>")
+
+
+def chapter_rows(chapters: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """The chapter index: number, name, page link, where its results came from, and its verdicts."""
+    out = []
+    for short, ch in chapters.items():
+        mine = [r for r in rows if r["chapter"] == short]
+        counts = ", ".join(f"{sum(r['verdict'] == v for r in mine)} {v}" for v in VERDICTS
+                           if any(r["verdict"] == v for r in mine))
+        page = f'<a href="{escape(ch["html"])}">{escape(ch["notebook"])}</a>' if ch.get("html") else escape(
+            ch["notebook"])
+        state = escape(ch.get("state", ""))
+        if ch.get("error"):
+            state += f'<div class="small">{escape(ch["error"])}</div>'
+        out.append(f"<tr><td>{escape(ch['number'])}</td><td>{escape(short)}</td><td>{page}</td>"
+                   f"<td>{state}</td><td>{escape(ch.get('date', ''))}</td><td>{escape(counts)}</td></tr>")
+    return "\n".join(out)
+
+
+def values_section(results: dict[str, dict[str, Any] | None]) -> str:
+    """Every value each chapter recorded, chapter by chapter, with unit, note and time."""
+    out = []
+    for short, data in results.items():
+        if not data:
+            continue
+        out.append(f'<h3 id="values-{escape(short)}">{escape(short)} <span class="small">'
+                   f'{escape(data.get("notebook", ""))}, run {escape(data.get("started", ""))}</span></h3>')
+        out.append("<table><tr><th>key</th><th>value</th><th>how</th><th>recorded</th></tr>")
+        for key, e in data.get("values", {}).items():
+            shown = fmt_value(e.get("value"), e.get("unit", "")) if e.get("value") is not None else (
+                e.get("nonfinite") or "n/a")
+            out.append(f'<tr><td><code>{escape(key)}</code></td><td class="v">{escape(shown)}</td>'
+                       f'<td class="small">{escape(e.get("note", ""))}</td>'
+                       f'<td class="small">{escape(e.get("at", ""))}</td></tr>')
+        out.append("</table>")
+    return "\n".join(out)
+
+
+def index_page(report: dict[str, Any]) -> str:
+    """The whole ``index.html`` from the report dict :func:`labkit.report.build.build` assembles
+    (``machine``, ``date``, ``source``, ``profile``, ``summary``, ``chapters``, ``rows``, ``results``)."""
+    src = report["source"]
+    commit = (src.get("commit") or "no git checkout")[:12]
+    commit += " with local changes" if src.get("dirty") else ""
+    counts = "".join(f"<span>{badge(v)} {n}</span>" for v, n in report["summary"].items())
+    claims = "\n".join(claim_row(r, report["chapters"]) for r in report["rows"])
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Inference Engineering Lab: the tutorial's claims, checked</title><style>{CSS}</style></head>
+<body>
+<h1>The tutorial's claims, checked on this machine</h1>
+<p class="meta">Machine: {escape(report["machine"])}<br>Report made {escape(report["date"])} from commit
+<code>{escape(commit)}</code>, profile <code>{escape(report["profile"])}</code>, by <code>make report</code>
+(<code>python -m labkit.report</code>). Measured values carry the date their chapter recorded them.</p>
+<p class="counts">{counts}</p>
+<p class="small"><b>holds</b>: the measured or computed value meets the expected range. <b>does not hold
+here</b>: it does not, on this machine (the reason says why). <b>wrong</b>: the tutorial's claim is wrong,
+whatever the machine. <b>needs a GPU</b>: only a GPU can measure it; the computed expectation is shown.
+<b>not measured</b>: the chapter did not record the value.</p>
+<h2>Chapters</h2>
+<p class="small">Each page is the chapter as it ran for this report, with its outputs and plots; nothing
+needs to run to read it.</p>
+<table><tr><th>#</th><th>chapter</th><th>executed notebook</th><th>this report</th><th>recorded</th>
+<th>verdicts</th></tr>
+{chapter_rows(report["chapters"], report["rows"])}
+</table>
+<h2>Claims</h2>
+<table><tr><th>claim</th><th>the tutorial says</th><th>value</th><th>how it is measured</th><th>verdict</th>
+<th>chapter</th></tr>
+{claims}
+</table>
+<h2>Every recorded value</h2>
+{values_section(report["results"])}
+</body></html>
+"""

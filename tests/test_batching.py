@@ -11,12 +11,16 @@ from labkit.serving.fakeserver import fake_server
 
 
 def test_workload_draws_mixed_lengths_deterministically():
-    a, b = B.workload(12, (4, 40), seed=3), B.workload(12, (4, 40), seed=3)
-    assert a == b and len(a) == 12
-    assert all(4 <= r["max_tokens"] <= 40 for r in a)
-    assert len({r["max_tokens"] for r in a}) > 3
-    with pytest.raises(ValueError, match="output_tokens"):
-        B.workload(4, (10, 2))
+    a, b = B.workload(200, seed=3), B.workload(200, seed=3)
+    assert a == b and len(a) == 200
+    n_long = sum(r["max_tokens"] >= 96 for r in a)
+    assert all(4 <= r["max_tokens"] <= 16 or 96 <= r["max_tokens"] <= 128 for r in a)
+    assert 30 <= n_long <= 70  # a quarter, give or take
+    assert all(r["max_tokens"] == 5 for r in B.workload(10, short=(5, 5), long_share=0.0))
+    with pytest.raises(ValueError, match="short"):
+        B.workload(4, short=(10, 2))
+    with pytest.raises(ValueError, match="long_share"):
+        B.workload(4, long_share=1.5)
 
 
 def test_static_gate_waits_for_the_whole_group_and_continuous_does_not():
@@ -45,16 +49,14 @@ def test_step_costs_from_summaries():
               "median_itl_ms": 20.0}
     four = {"concurrency": 4, "median_itl_ms": 32.0}
     c = B.step_costs(single, [four])
-    assert c["prefill_points"] == [(100.0, 0.05)]
+    assert c["prefill_points"] == [(100.0, pytest.approx(0.03))]  # TTFT less the first token's step
     assert c["decode_points"] == [(1, 0.02), (4, 0.032)]
-    with pytest.raises(ValueError, match="prompt tokens"):
-        B.step_costs(single | {"total_input_tokens": 0}, [])
-    long = single | {"total_input_tokens": 1000, "median_ttft_ms": 90.0}
-    c = B.step_costs(single, [four], long=long)
-    assert c["prefill_points"] == [(100.0, 0.05), (500.0, 0.09)]
     from labkit.serving.batchsim import fit_step_cost
 
-    assert fit_step_cost(c["prefill_points"], c["decode_points"]).prefill_s_per_token == pytest.approx(1e-4)
+    cost = fit_step_cost(c["prefill_points"], c["decode_points"])
+    assert cost.prefill_s_per_token == pytest.approx(3e-4) and cost.decode_step_s(4) == pytest.approx(0.032)
+    with pytest.raises(ValueError, match="prompt tokens"):
+        B.step_costs(single | {"total_input_tokens": 0}, [])
 
 
 def test_weight_load_reports_bytes_params_and_download_time(tmp_path):

@@ -31,16 +31,25 @@ from . import loadgen, metrics
 Requests = Sequence[dict[str, Any]]
 
 
-def workload(n: int = 16, output_tokens: tuple[int, int] = (8, 64), seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` requests from the shipped prompt set, each with its own ``max_tokens`` drawn uniformly
-    from ``output_tokens`` (inclusive): the mixed lengths that make static batching wait."""
+def workload(n: int = 24, short: tuple[int, int] = (4, 16), long: tuple[int, int] = (96, 128),
+             long_share: float = 0.25, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` requests from the shipped prompt set with a chat-like mix of output lengths: a share
+    ``long_share`` want a long answer (``max_tokens`` uniform in ``long``, inclusive), the rest a
+    short one (uniform in ``short``). The mix is what makes static batching wait: almost every
+    batch holds one long request that keeps the others' slots."""
     rng = np.random.default_rng(seed)
     prompts = loadgen.load_prompts()
-    lo, hi = output_tokens
-    if not 1 <= lo <= hi:
-        raise ValueError(f"output_tokens must be (low, high) with 1 <= low <= high, got {output_tokens}")
-    return [{"id": f"w{i}", "prompt": prompts[i % len(prompts)]["prompt"],
-             "max_tokens": int(rng.integers(lo, hi + 1))} for i in range(n)]
+    for name, (lo, hi) in (("short", short), ("long", long)):
+        if not 1 <= lo <= hi:
+            raise ValueError(f"{name} must be (low, high) tokens with 1 <= low <= high, got {(lo, hi)}")
+    if not 0.0 <= long_share <= 1.0:
+        raise ValueError(f"long_share must be a fraction in [0, 1], got {long_share}")
+    out = []
+    for i in range(n):
+        lo, hi = long if rng.random() < long_share else short
+        out.append({"id": f"w{i}", "prompt": prompts[i % len(prompts)]["prompt"],
+                    "max_tokens": int(rng.integers(lo, hi + 1))})
+    return out
 
 
 def _run_args(model: str, **kw: Any) -> dict[str, Any]:
@@ -118,26 +127,21 @@ def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> dic
             "p99_queued_e2e_ms": e2e["p99"] * 1000}
 
 
-def step_costs(single: dict[str, Any], batched: Sequence[dict[str, Any]],
-               long: dict[str, Any] | None = None) -> dict[str, Any]:
+def step_costs(single: dict[str, Any], batched: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-step costs of a server from load-test summaries, the inputs of
     :func:`labkit.serving.batchsim.fit_step_cost`:
 
-    * ``prefill_points`` [(prompt tokens, TTFT s)]: the median TTFT of ``single`` (a concurrency-1
-      run) at its mean prompt length, and of ``long`` (the same with longer prompts) if given. With
-      both, the fit's slope is the cost of one more prompt token; the intercept (HTTP, tokenizing,
-      scheduling, the first decode step) drops out. With ``single`` alone, TTFT / prompt tokens
-      charges all of that to the prompt and overstates prefill.
+    * ``prefill_points`` [(prompt tokens, s)]: from ``single`` (a concurrency-1 run), its median
+      TTFT less one decode step (its median inter-token latency: the first token also needs a
+      step), at its mean prompt length. Calibrate with prompts as long as the workload's: on a CPU
+      the cost per prompt token grows with the prompt (chapter 08 measured 1.3 ms per token at
+      about 110 tokens and over 4 ms at about 570 on 2 AVX2 cores).
     * ``decode_points`` [(batch, s)]: each run's median inter-token latency at its concurrency (at
       concurrency ``c`` a step serves ``c`` streams; the median skips the few gaps stretched by
       another request's prefill, which the simulator adds itself)."""
-    prefill = []
-    for s in (single, long):
-        if s is None:
-            continue
-        tokens = s["total_input_tokens"] / max(1, s["completed"])
-        if not tokens > 0:
-            raise ValueError("a calibration run reported no prompt tokens; the server must return usage")
-        prefill.append((tokens, s["median_ttft_ms"] / 1000.0))
+    tokens = single["total_input_tokens"] / max(1, single["completed"])
+    if not tokens > 0:
+        raise ValueError("the concurrency-1 run reported no prompt tokens; the server must return usage")
+    prefill_s = max(single["median_ttft_ms"] - single["median_itl_ms"], 0.0) / 1000.0
     decode = [(int(s["concurrency"]), s["median_itl_ms"] / 1000.0) for s in [single, *batched]]
-    return {"prefill_points": prefill, "decode_points": decode}
+    return {"prefill_points": [(tokens, prefill_s)], "decode_points": decode}

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from labkit.serving import batching as B
-from labkit.serving import coldstart
-from labkit.serving.fakeserver import fake_server
+from labkit.engines.fakeserver import fake_server
+from labkit.production import batching as B
+from labkit.production import coldstart
 
 
 def test_workload_draws_mixed_lengths_deterministically():
@@ -30,7 +30,7 @@ def test_static_gate_waits_for_the_whole_group_and_continuous_does_not():
         co = B.continuous(srv.url, "fake", reqs, batch=4)
     assert st["completed"] == co["completed"] == 8 and st["failed"] == co["failed"] == 0
     first, second = st["requests"][:4], st["requests"][4:]
-    assert min(r["t_sent"] for r in second) >= max(r["t_end"] for r in first)  # a gate, not a pool
+    assert min(r.t_sent for r in second) >= max(r.t_end for r in first)  # a gate, not a pool
     assert st["total_output_tokens"] == co["total_output_tokens"] == sum(r["max_tokens"] for r in reqs)
     # the long request of group 1 holds group 2 back; continuous refills the three short slots at once
     assert co["duration"] < st["duration"]
@@ -51,12 +51,24 @@ def test_step_costs_from_summaries():
     c = B.step_costs(single, [four])
     assert c["prefill_points"] == [(100.0, pytest.approx(0.03))]  # TTFT less the first token's step
     assert c["decode_points"] == [(1, 0.02), (4, 0.032)]
-    from labkit.serving.batchsim import fit_step_cost
+    from labkit.production.batchsim import fit_step_cost
 
     cost = fit_step_cost(c["prefill_points"], c["decode_points"])
     assert cost.prefill_s_per_token == pytest.approx(3e-4) and cost.decode_step_s(4) == pytest.approx(0.032)
     with pytest.raises(ValueError, match="prompt tokens"):
         B.step_costs(single | {"total_input_tokens": 0}, [])
+
+
+def test_step_costs_take_the_median_of_repeated_runs():
+    """One calibration run slowed by background load (the second here) does not set the costs."""
+    ones = [{"completed": 3, "total_input_tokens": 300, "median_ttft_ms": t, "concurrency": 1,
+             "median_itl_ms": i} for t, i in ((70.0, 40.0), (160.0, 60.0), (72.0, 42.0))]
+    fours = [{"concurrency": 4, "median_itl_ms": m} for m in (48.0, 68.0, 50.0)]
+    c = B.step_costs(ones, fours)
+    assert c["prefill_points"] == [(100.0, pytest.approx(0.030))]
+    assert c["decode_points"] == [(1, pytest.approx(0.042)), (4, pytest.approx(0.050))]
+    with pytest.raises(ValueError, match="at least one"):
+        B.step_costs([], fours)
 
 
 def test_weight_load_reports_bytes_params_and_download_time(tmp_path):
@@ -95,3 +107,44 @@ def test_python_cold_start_phases_from_the_child(monkeypatch):
     monkeypatch.setattr(coldstart, "_CHILD", "import sys; sys.exit('boom')")
     with pytest.raises(RuntimeError, match="boom"):
         coldstart.python_cold_start()
+
+
+def test_calibration_runs_feed_step_costs_and_the_chapter_readers():
+    with fake_server(step_s=0.004) as srv:
+        ones, fours = B.calibration_runs(srv.url, "fake", repeats=2)
+        c1, c4 = ones[0], fours[1]
+        cont = B.continuous(srv.url, "fake", [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 3}
+                                              for i in range(6)], batch=3)
+    assert (c1["concurrency"], c1["completed"], c4["concurrency"], c4["completed"]) == (1, 3, 4, 8)
+    assert c1["total_output_tokens"] == 3 * 24 and c4["total_output_tokens"] == 8 * 16
+    assert len(ones) == len(fours) == 2
+    costs = B.step_costs(ones, fours)
+    assert [b for b, _ in costs["decode_points"]] == [1, 4] and costs["prefill_points"][0][0] > 0
+    with pytest.raises(ValueError, match="at least once"):
+        B.calibration_runs(srv.url, "fake", repeats=0)
+    held = B.slot_seconds(cont)
+    assert 3 * 0.004 <= held < 5.0        # at least its three steps
+    seen = B.prompt_tokens_by_id(cont)
+    assert set(seen) <= {f"w{i}" for i in range(6)} and all(v > 0 for v in seen.values())
+    row = B.table_row(cont)
+    assert row["policy"] == "continuous" and row["completed"] == 6 and row["output_tok_s"] > 0
+    assert row["p50_e2e_s"] <= row["p99_e2e_s"] and B.table_row(cont, "renamed")["policy"] == "renamed"
+    with pytest.raises(ValueError, match="no request"):
+        B.slot_seconds({"requests": []})
+
+
+def test_cold_start_breakdown_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    phases = {"weights_s": 1.0, "model_init_s": 0.5, "engine_init_s": 4.0, "other_s": 10.0}
+    bar = coldstart.vllm_bar(phases, 0.25)
+    assert list(bar.values()) == [10.0, 0.5, 1.0, 4.0, 0.25]
+    ax = coldstart.plot_breakdown({"python": {"imports": 2.0, "load": 1.0}, "vLLM": bar})
+    widths = [p.get_width() for p in ax.patches]
+    assert widths == [2.0, 1.0, 10.0, 0.5, 1.0, 4.0, 0.25]
+    assert max(p.get_x() + p.get_width() for p in ax.patches) == pytest.approx(15.75)   # stacked
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["python", "vLLM"]
+    plt.close(ax.figure)

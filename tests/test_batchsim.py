@@ -1,11 +1,11 @@
 """Static, dynamic and continuous batching of one engine, simulated with simpy
-(labkit.serving.batchsim, chapter 08): hand-computed cases, policy ordering, fitting, determinism."""
+(labkit.production.batchsim, chapter 08): hand-computed cases, policy ordering, fitting, determinism."""
 
 import matplotlib
 import numpy as np
 import pytest
 
-from labkit.serving import batchsim as bs
+from labkit.production import batchsim as bs
 
 matplotlib.use("Agg")
 
@@ -128,6 +128,33 @@ def test_mixed_requests_ranges_arrivals_and_seed():
                 dict(n=3, input_tokens=(9, 2))):
         with pytest.raises(ValueError):
             bs.mixed_requests(**bad)
+
+
+def test_mixed_requests_draw_arrivals_from_the_shared_generator():
+    from labkit.serving import arrivals
+
+    rng = np.random.default_rng(4)
+    rng.integers(32, 129, 30)                                   # the token counts come first
+    rng.integers(8, 65, 30)
+    gaps = arrivals.gaps(30, 2.0, seed=rng)
+    assert [x["arrival_s"] for x in bs.mixed_requests(30, rate=2.0, seed=4)] == pytest.approx(np.cumsum(gaps))
+
+
+def test_workload_requests_from_a_measured_workload():
+    work = [{"id": "w0", "max_tokens": 5}, {"id": "w1", "max_tokens": 100}, {"id": "w2", "max_tokens": 7}]
+    r = bs.workload_requests(work, {"w0": 40, "w1": 60})           # w2 unseen: the mean, 50
+    assert [(x["id"], x["arrival_s"], x["input_tokens"], x["output_tokens"]) for x in r] == \
+        [(0, 0.0, 40, 5), (1, 0.0, 60, 100), (2, 0.0, 50, 7)]
+    timed = bs.workload_requests(work * 400, 33.0, rate=4.0, seed=2)
+    t = np.array([x["arrival_s"] for x in timed])
+    assert t[0] == 0 and np.all(np.diff(t) >= 0) and np.diff(t).mean() == pytest.approx(0.25, rel=0.1)
+    assert {x["input_tokens"] for x in timed} == {33}
+    assert timed == bs.workload_requests(work * 400, 33.0, rate=4.0, seed=2)
+    assert timed != bs.workload_requests(work * 400, 33.0, rate=4.0, seed=3)
+    for bad in (dict(work=[], prompt_tokens=10), dict(work=work, prompt_tokens={}),
+                dict(work=work, prompt_tokens=10, rate=0)):
+        with pytest.raises(ValueError):
+            bs.workload_requests(**bad)
 
 
 def test_simulation_is_deterministic():

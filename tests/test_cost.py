@@ -1,4 +1,4 @@
-"""API vs dedicated GPU cost model (labkit.serving.cost, chapter 08)."""
+"""API vs dedicated GPU cost model (labkit.production.cost, chapter 08)."""
 
 import json
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from labkit.serving import cost
-from labkit.serving.cost import (
+from labkit.production import cost
+from labkit.production.cost import (
     api_cost,
     capacity,
     crossover,
@@ -198,3 +198,42 @@ def test_plot_crossover_marks_the_crossing():
     x = crossover(200, 100, TIER, GPU, {1: 1000}, lo=1e3, hi=1e7, **kw)
     assert any(t.get_text().startswith("crossover ≈ 60,000") for t in ax.texts) and x == pytest.approx(60_000)
     plt.close(ax.figure)
+
+
+def test_roofline_curve_by_hand(monkeypatch):
+    from labkit.hardware.catalog import Accelerator
+
+    # 1e9 params of 2 bytes, 4 layers x 2 KV heads x 64 dims: 2 x 4 x 2 x 64 x 2 = 2,048 KV bytes a token
+    cfg = {"num_hidden_layers": 4, "num_key_value_heads": 2, "num_attention_heads": 8, "hidden_size": 512,
+           "head_dim": 64}
+    gpu = Accelerator("toy", 1e12, 1e12, {"bf16": 100.0})      # 1 TB/s, 100 TFLOPS
+    params = 1e9
+    monkeypatch.setattr(cost, "param_count", lambda c: {"total": params, "active": params})
+    curve = cost.roofline_curve(cfg, gpu, batches=(1, 1000), context_tokens=1000)
+    memory_step = (2e9 + 1 * 1000 * 2048) / 1e12               # batch 1 reads weights + one KV cache
+    assert curve[1] == pytest.approx(1 / memory_step)
+    compute_step = 2 * params * 1000 / 100e12                  # batch 1000: 2 FLOPs a param a token
+    assert compute_step > (2e9 + 1000 * 1000 * 2048) / 1e12
+    assert curve[1000] == pytest.approx(1000 / compute_step)
+
+
+def test_roofline_curve_uses_the_kv_formula_of_the_config():
+    from labkit.hardware.catalog import ACCELERATORS
+    from labkit.llm.architecture import load_config, param_count
+    from labkit.llm.kvcache import kv_cache_bytes_for_config
+
+    q = load_config("Qwen3-4B")
+    h100 = ACCELERATORS["H100 SXM"]
+    curve = cost.roofline_curve(q, h100, batches=(1, 8), context_tokens=1024)
+    step1 = (2 * param_count(q)["total"] + kv_cache_bytes_for_config(q, 1024)) / h100.bandwidth_bytes_per_s
+    assert curve[1] == pytest.approx(1 / step1) and curve[8] > 7 * curve[1]   # memory-bound: batching is free
+
+
+def test_crossover_table_rows_and_never():
+    cheap = {"name": "cheap", "input_per_mtok": 0.0, "output_per_mtok": 0.01, "source": "test"}
+    case = "toy (measured)"
+    rows, x = cost.crossover_table({case: (GPU, {1: 1000}, 1)}, {"t": TIER, "cheap": cheap}, 200, 100)
+    assert rows == [{"replica": "toy", "$/h": "1.00", "$/1M out, fully used": f"{1 / 3.6:.3f}",
+                     "t ($2/1M out)": f"{x[(case, 't')]:,.0f}/day", "cheap ($0.01/1M out)": "never"}]
+    assert x[(case, "t")] == pytest.approx(crossover(200, 100, TIER, GPU, {1: 1000}, slo_concurrency=1))
+    assert math.isfinite(x[(case, "t")]) and x[(case, "cheap")] == math.inf

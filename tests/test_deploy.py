@@ -1,4 +1,4 @@
-"""Kubernetes manifests and the Dockerfile for a vLLM server (labkit.serving.deploy, chapter 08),
+"""Kubernetes manifests and the Dockerfile for a vLLM server (labkit.production.deploy, chapter 08),
 checked offline: Kubernetes' schemas (kubernetes-validate), hadolint, and the committed files."""
 
 import json
@@ -16,7 +16,7 @@ import yaml
 from labkit.llm.architecture import load_config
 from labkit.llm.parallelism import plan
 from labkit.paths import REPO
-from labkit.serving import deploy
+from labkit.production import deploy
 
 K8S = REPO / "deploy" / "k8s"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
@@ -40,7 +40,7 @@ def _container(docs):
 
 def test_committed_files_are_exactly_what_the_generator_writes(tmp_path):
     header = (K8S / "vllm.yaml").read_text().splitlines()[1]
-    cli, out = "# python -m labkit.serving.deploy ", " --out <folder>"
+    cli, out = "# python -m labkit.production.deploy ", " --out <folder>"
     assert header.startswith(cli) and header.endswith(out)
     args = shlex.split(header.removeprefix(cli).removesuffix(out))
     assert deploy.main([*args, "--out", str(tmp_path)]) == 0

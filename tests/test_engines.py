@@ -2,8 +2,9 @@ import platform
 
 import pytest
 
-from labkit.serving import engines, metrics, vllm
-from labkit.serving.fakeserver import fake_server
+from labkit.engines import compare as engines
+from labkit.engines import vllm
+from labkit.table import format_rows
 
 
 def test_reference_table_covers_the_tutorials_engines():
@@ -20,11 +21,11 @@ def test_short_prompts_are_the_same_workload_each_time():
     assert a == b and len(a) == 10 and all(len(p) < 200 for p in a)
 
 
-def test_measure_server_against_a_batching_fake_server():
+def test_measure_server_against_a_batching_fake_server(srv):
     # a step costs 20 ms plus 2 ms per stream in flight: batching 8 streams wins on aggregate
-    with fake_server(step_s=0.02, batch_cost_s=0.002, max_tokens=8) as srv:
-        runs = engines.measure_server(srv.url, "fake", concurrencies=(1, 8), n_requests={1: 2, 8: 8},
-                                      max_tokens=8)
+    srv.opts.update(step_s=0.02, batch_cost_s=0.002, max_tokens=8)
+    runs = engines.measure_server(srv.url, "fake", concurrencies=(1, 8), n_requests={1: 2, 8: 8},
+                                  max_tokens=8)
     assert set(runs) == {1, 8}
     assert runs[1]["completed"] == 2 and runs[8]["completed"] == 8
     assert runs[8]["output_throughput"] > 2 * runs[1]["output_throughput"]
@@ -32,7 +33,7 @@ def test_measure_server_against_a_batching_fake_server():
     assert [r["concurrency"] for r in rows] == [1, 8]
     assert rows[1]["aggregate_tps"] == runs[8]["output_throughput"]
     assert rows[0]["single_stream_tps"] == runs[1]["median_tps"]
-    table = metrics.format_rows(rows)
+    table = format_rows(rows)
     assert "fake, concurrency 8" in table and len(table.splitlines()) == 3
 
 

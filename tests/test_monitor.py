@@ -15,8 +15,12 @@ import types
 import numpy as np
 import pytest
 
-from labkit.serving import monitor
+from labkit.engines import prometheus
+from labkit.hardware import machine
+from labkit.production import monitor
+from labkit.production.monitor_options import add_monitor_arguments
 from labkit.serving.metrics import summarize
+from labkit.serving.records import RequestRecord
 
 INF = math.inf
 
@@ -246,7 +250,7 @@ def fake_nvml(power_fails_on=1, init_fails=False):
 
 def test_host_sample_with_fake_nvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
-    monkeypatch.setattr(monitor, "_NVML", [])
+    monkeypatch.setattr(machine, "_NVML", [])
     s = monitor.host_sample()
     assert s["gpu0_util_pct"] == 37 and s["gpu1_util_pct"] == 0  # 0 % is a reading, kept
     assert s["gpu0_mem_used_bytes"] == 4 * 2**30 and s["gpu0_mem_total_bytes"] == 16 * 2**30
@@ -255,13 +259,38 @@ def test_host_sample_with_fake_nvml(monkeypatch):
     assert 0 <= s["cpu_pct"] <= 100 and 0 < s["ram_used_bytes"] and 0 < s["ram_pct"] <= 100
 
 
+def test_nvidia_smi_snapshot_reads_each_gpu_once_initialised(monkeypatch):
+    inits = []
+    nv = fake_nvml()
+    nv.nvmlInit = lambda: inits.append(1)
+    nv.nvmlDeviceGetName = lambda h: b"NVIDIA H100"  # older nvidia-ml-py returns bytes
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setattr(machine, "_NVML", [])
+    g0, g1 = machine.nvidia_smi_snapshot()
+    assert (g0["index"], g0["name"], g0["gpu_util_pct"], g0["mem_util_pct"]) == (0, "NVIDIA H100", 37, 5)
+    assert g0["memory_used_bytes"] == 4 * 2**30 and g0["power_w"] == pytest.approx(123.456)
+    assert "power_w" not in g1 and "driver" not in g0  # what NVML cannot read is left out
+    assert len(machine.nvidia_smi_snapshot()) == 2 and inits == [1]  # initialised once, kept open
+
+
+def test_importing_the_monitor_does_no_work():
+    import subprocess
+
+    code = ("import psutil\n"
+            "def fail(*a, **k): raise SystemExit('psutil called at import time')\n"
+            "psutil.cpu_percent = psutil.virtual_memory = fail\n"
+            "import labkit.production.monitor")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize("module", [None, fake_nvml(init_fails=True)], ids=["no-library", "no-driver"])
 def test_host_sample_without_nvml(monkeypatch, module):
     monkeypatch.setitem(sys.modules, "pynvml", module)  # None: `import pynvml` raises ImportError
-    monkeypatch.setattr(monitor, "_NVML", [])
+    monkeypatch.setattr(machine, "_NVML", [])
     s = monitor.host_sample()
     assert not [k for k in s if k.startswith("gpu")] and {"time", "t_perf", "cpu_pct", "ram_pct"} <= set(s)
-    assert monitor._NVML == [None]  # tried once, not on every sample
+    assert machine._NVML == [None]  # tried once, not on every sample
 
 
 H = {0.1: 2.0, 0.5: 6.0, 1.0: 9.0, INF: 10.0}
@@ -275,33 +304,34 @@ H = {0.1: 2.0, 0.5: 6.0, 1.0: 9.0, INF: 10.0}
     (0.0, 0.0),
     (0.7, 0.5 + 0.5 * 1 / 3),
 ])
-def test_ttft_quantile_known_answers(q, want):
-    assert monitor.ttft_quantile(H, q) == pytest.approx(want)
-    assert monitor.ttft_quantile(dict(reversed(H.items())), q) == pytest.approx(want)  # order-free
+def test_histogram_quantile_known_answers(q, want):
+    assert prometheus.histogram_quantile(H, q) == pytest.approx(want)
+    assert prometheus.histogram_quantile(dict(reversed(H.items())), q) == pytest.approx(want)  # order-free
 
 
-def test_ttft_quantile_edges():
-    assert math.isnan(monitor.ttft_quantile({}, 0.5))
-    assert math.isnan(monitor.ttft_quantile({0.1: 0.0, INF: 0.0}, 0.5))
-    assert monitor.ttft_quantile({0.1: 0.0, 0.2: 0.0, 0.4: 4.0, INF: 4.0}, 0.25) == pytest.approx(0.25)
+def test_histogram_quantile_edges():
+    assert math.isnan(prometheus.histogram_quantile({}, 0.5))
+    assert math.isnan(prometheus.histogram_quantile({0.1: 0.0, INF: 0.0}, 0.5))
+    empty_first = {0.1: 0.0, 0.2: 0.0, 0.4: 4.0, INF: 4.0}
+    assert prometheus.histogram_quantile(empty_first, 0.25) == pytest.approx(0.25)
     with pytest.raises(ValueError, match="Inf"):
-        monitor.ttft_quantile({0.1: 1.0, 0.5: 2.0}, 0.5)
+        prometheus.histogram_quantile({0.1: 1.0, 0.5: 2.0}, 0.5)
     with pytest.raises(ValueError, match="q must be"):
-        monitor.ttft_quantile(H, 99)
+        prometheus.histogram_quantile(H, 99)
 
 
 def test_histogram_delta_isolates_a_load_test():
-    d = monitor.histogram_delta(A, B)
+    d = prometheus.bucket_delta(A, B)
     assert d == {0.01: 0, 0.05: 0, 0.1: 4, 0.5: 4, 1.0: 4, INF: 4}
-    assert monitor.ttft_quantile(d, 0.5) == pytest.approx(0.05 + 0.05 * 2 / 4)
+    assert prometheus.histogram_quantile(d, 0.5) == pytest.approx(0.05 + 0.05 * 2 / 4)
     with pytest.raises(ValueError, match="restart"):
-        monitor.histogram_delta(B, A)
+        prometheus.bucket_delta(B, A)
 
 
 def rec(t_sent, t_end, status="ok", code=200, ttft=0.1, n=4, prompt=10):
-    chunks = [[ttft + 0.05 * i, 1] for i in range(n)] if status == "ok" else []
-    return {"status": status, "http_status": code, "t_sent": t_sent, "t_end": t_end, "chunks": chunks,
-            "output_tokens": n if status == "ok" else None, "prompt_tokens": prompt}
+    chunks = [(ttft + 0.05 * i, 1) for i in range(n)] if status == "ok" else []
+    return RequestRecord(status=status, http_status=code, t_sent=t_sent, t_end=t_end, chunks=chunks,
+                         output_tokens=n if status == "ok" else None, prompt_tokens=prompt)
 
 
 SAMPLES = [{"time": 1e9 + i / 2, "t_perf": 100.0 + i / 2, "cpu_pct": 10.0 * i, "ram_pct": 40.0,
@@ -309,7 +339,7 @@ SAMPLES = [{"time": 1e9 + i / 2, "t_perf": 100.0 + i / 2, "cpu_pct": 10.0 * i, "
             "running": float(i % 3), "waiting": float(i), "kv_usage_pct": 5.0 * i} for i in range(7)]
 REQS = [rec(100.2, 100.9, prompt=10), rec(100.7, 101.6, ttft=0.3, n=8, prompt=30),
         rec(101.1, 102.0, status="http_error", code=503), rec(102.5, 103.4, ttft=0.2, prompt=20),
-        {"status": "not_sent", "t_sent": 103.0, "t_end": 103.0, "chunks": []},
+        RequestRecord(status="not_sent", t_sent=103.0, t_end=103.0),
         rec(101.2, 101.5, status="timeout", code=200)]  # answered 200, then went silent
 
 
@@ -354,7 +384,7 @@ def test_plot_timeline_three_panels():
 
 def test_dashboard_covers_the_watch_list():
     d = monitor.dashboard(SAMPLES, REQS)
-    s = summarize([r for r in REQS if r["status"] != "not_sent"])
+    s = summarize([r for r in REQS if r.status != "not_sent"])
     assert d["requests"] == 5 and d["codes"] == {"200": 3, "503": 1, "timeout": 1}
     assert d["code_classes"] == {"2xx": 3, "5xx": 1, "no_answer": 1}
     assert d["ttft_ms"] == {p: s[f"{p}_ttft_ms"] for p in ("p50", "p90", "p99")}
@@ -408,7 +438,7 @@ def test_live_host_only_and_ctrl_c():
 
 def parse(*argv):
     p = argparse.ArgumentParser(prog="labkit monitor")
-    monitor.add_monitor_arguments(p)
+    add_monitor_arguments(p)
     return p.parse_args(argv)
 
 

@@ -1,3 +1,3 @@
-"""Serving and measuring it: streaming clients, request metrics (TTFT, TPOT, ITL), plots, the load
-generator, a loopback test server, vLLM's lifecycle and engines side by side (chapters 02 and 05);
-batching measured and simulated, fleets, cold starts, monitoring, cost and deploy files (chapter 08)."""
+"""Serving, seen from the client (chapters 02 and 05): streaming clients for the OpenAI and Ollama
+APIs and an in-process model, the request record, request metrics (TTFT, TPOT, ITL), the load
+generator and its plots. Starting real servers is :mod:`labkit.engines`' job."""

@@ -11,7 +11,8 @@ the same length whose prefixes all differ from the first token (misses). :func:`
 sends them one at a time, alternating, through :func:`labkit.serving.loadgen.run` against the
 completions endpoint (no chat template: the prompt's tokens are exactly the ones cached), and
 reads the hit rate of each kind from the prefix-cache counters, whose names
-:func:`prefix_metric_names` finds in what the server exports rather than assuming them.
+:func:`prefix_metric_names` finds in what the server exports rather than assuming them
+(:mod:`labkit.engines.prometheus` scrapes and parses ``/metrics``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from . import loadgen
+from ..serving import loadgen
+from . import prometheus
 
 # A system prompt long enough to fill several cache blocks; numbered rules keep it plain text.
 _RULE = ("Rule {k}: answer in plain words, quote the manual section {k} you relied on, say when the manual "
@@ -29,12 +31,12 @@ _RULE = ("Rule {k}: answer in plain words, quote the manual section {k} you reli
 
 def prefix_metric_names(metrics: dict[str, float] | str) -> dict[str, str]:
     """The prefix-cache counters in a ``/metrics`` scrape (a dict of sample names, as
-    :func:`labkit.serving.vllm.scrape_metrics` returns, or the raw exposition text):
+    :func:`labkit.engines.prometheus.scrape` returns, or the raw exposition text):
     ``{"hits": name, "queries": name}`` (tokens found in the cache / tokens looked up), e.g.
     ``vllm:prefix_cache_hits_total`` in vLLM 0.32, ``vllm:gpu_prefix_cache_hits_total`` in early V1
     releases; or ``{"rate": name}`` where only a hit-rate gauge exists (vLLM V0). Counters for
     external (connector) and multimodal caches are skipped. ``KeyError`` listing what is there."""
-    names = list(samples(metrics) if isinstance(metrics, str) else metrics)
+    names = list(prometheus.samples(metrics) if isinstance(metrics, str) else metrics)
     local = [n for n in names if "prefix_cache" in n and "external" not in n and not n.endswith("_created")]
 
     def pick(word: str) -> str | None:
@@ -51,24 +53,13 @@ def prefix_metric_names(metrics: dict[str, float] | str) -> dict[str, str]:
                    f"{sorted(n for n in names if 'prefix' in n)}")
 
 
-def samples(text: str) -> dict[str, float]:
-    """Prometheus exposition text as ``{sample name: value}``, summed over label sets."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[s.name] = out.get(s.name, 0.0) + float(s.value)
-    return out
-
-
 def hit_rate(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Prefix-cache hits, queries (tokens) and their ratio between two scrapes."""
     names = prefix_metric_names(after)
     if "rate" in names:
         return {"hits": float("nan"), "queries": float("nan"), "rate": after[names["rate"]]}
-    hits = after[names["hits"]] - before.get(names["hits"], 0.0)
-    queries = after[names["queries"]] - before.get(names["queries"], 0.0)
+    hits = prometheus.counter_delta(before, after, names["hits"])
+    queries = prometheus.counter_delta(before, after, names["queries"])
     return {"hits": hits, "queries": queries, "rate": hits / queries if queries else float("nan")}
 
 
@@ -102,22 +93,21 @@ def hit_vs_miss(url: str, model: str, tokenizer: Any, shared_tokens: int = 512, 
     ``ignore_eos``), with ``/metrics`` read around every request. Returns ``hit_ttft_s`` and
     ``miss_ttft_s`` (medians, seconds), ``ratio`` (hit / miss), ``hit_rate`` and ``miss_rate``
     (cached / looked-up tokens for each kind), ``metric_names``, and the per-request ``ttft_s`` lists."""
-    from .vllm import scrape_metrics
-
+    scrape_metrics = lambda: prometheus.scrape(url, "vllm:")
     p = prompts(tokenizer, shared_tokens, n)
-    opts = dict(model=model, endpoint="completions", max_tokens=max_tokens, ignore_eos=True, warmup=0,
-                progress=False)
-    loadgen.run(url, 1, prompts=[p["warmup"]], **opts)
+    client = loadgen.ClientSpec(model=model, endpoint="completions", ignore_eos=True)
+    alone = lambda prompt: loadgen.LoadSpec(1, max_tokens=max_tokens, prompts=[prompt], warmup=0)
+    loadgen.run(url, alone(p["warmup"]), client, progress=False)
     ttft: dict[str, list[float]] = {"hit": [], "miss": []}
     counts = {kind: {"hits": 0.0, "queries": 0.0} for kind in ttft}
     for i in range(n):
         for kind in ("miss", "hit"):
-            before = scrape_metrics(url)
-            s = loadgen.run(url, 1, prompts=[p[kind][i]], check=False, **opts)
+            before = scrape_metrics()
+            s = loadgen.run(url, alone(p[kind][i]), client, progress=False, check=False)
             if s["completed"] != 1:
                 raise RuntimeError(f"a {kind} request failed: {s['status_counts']}")
             try:
-                d = hit_rate(before, scrape_metrics(url))
+                d = hit_rate(before, scrape_metrics())
             except KeyError:  # prefix caching off: this vLLM exports no prefix-cache counters
                 d = {"hits": 0.0, "queries": 0.0}
             counts[kind]["hits"] += d["hits"]
@@ -127,7 +117,7 @@ def hit_vs_miss(url: str, model: str, tokenizer: Any, shared_tokens: int = 512, 
     hit_s, miss_s = float(np.median(ttft["hit"])), float(np.median(ttft["miss"]))
     return {"hit_ttft_s": hit_s, "miss_ttft_s": miss_s, "ratio": hit_s / miss_s, "hit_rate": rates["hit"],
             "miss_rate": rates["miss"], "counts": counts, "ttft_s": ttft, "shared_tokens": shared_tokens,
-            "metric_names": _names_or_none(scrape_metrics(url))}
+            "metric_names": _names_or_none(scrape_metrics())}
 
 
 def _names_or_none(metrics: dict[str, float]) -> dict[str, str] | None:

@@ -10,8 +10,10 @@
   ``gguf`` package), with their sizes in bytes, and what a download of each would take at a given
   bandwidth (computed, labelled as such).
 * :func:`vllm_phases` reads the phases vLLM logs while it starts (weights, engine init with KV
-  cache and warm-up) from the log of a server :func:`labkit.serving.vllm.start_vllm` started; the
+  cache and warm-up) from the log of a server :func:`labkit.engines.vllm.start_vllm` started; the
   rest of its measured time to ``/health`` is the process, imports and API server.
+* :func:`plot_breakdown` stacks the phases (seconds) of each start-up in one bar
+  (:func:`vllm_bar` makes vLLM's).
 
 The page cache is warm when the lab runs (the files were read before), so load times here are
 memory copies and decoding; a cold disk or a container pull adds ``bytes / bandwidth``.
@@ -48,7 +50,7 @@ t_first = time.time()
 generate_timed(model, tok, "Say hello.", max_tokens=8, ignore_eos=True)
 t_second = time.time()
 print(json.dumps({"t_start": t_start, "t_imports": t_imports, "t_load": t_load, "t_first": t_first,
-                  "t_second": t_second, "ttft_first_s": first["chunks"][0][0] if first["chunks"] else None,
+                  "t_second": t_second, "ttft_first_s": first.chunks[0][0] if first.chunks else None,
                   "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device)}))
 """
 
@@ -124,3 +126,29 @@ def vllm_phases(log: str | Path, startup_s: float) -> dict[str, float]:
     known = sum(v for v in out.values() if v == v)
     out["other_s"] = startup_s - known
     return out
+
+
+def vllm_bar(phases: dict[str, float], first_request_s: float) -> dict[str, float]:
+    """:func:`vllm_phases` as the segments of one bar of :func:`plot_breakdown` (seconds), with the
+    first request's time to first token after them."""
+    return {"process, imports, API": phases["other_s"], "model init": phases["model_init_s"],
+            "weights": phases["weights_s"], "engine init (KV cache, warm-up)": phases["engine_init_s"],
+            "first request": first_request_s}
+
+
+def plot_breakdown(bars: dict[str, dict[str, float]], ax: Any = None) -> Any:
+    """One horizontal stacked bar per start-up (``{label: {phase: seconds}}``), the phases in order
+    from the process start. Returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        ax = plt.subplots(figsize=(8, 0.8 + 0.9 * len(bars)))[1]
+    for i, parts in enumerate(bars.values()):
+        left = 0.0
+        for j, (name, seconds) in enumerate(parts.items()):
+            ax.barh(i, seconds, left=left, color=plt.cm.tab10((j + 3 * i) % 10), label=name)
+            left += seconds
+    ax.set_yticks(range(len(bars)), list(bars))
+    ax.set(xlabel="seconds from process start", title="where a cold start goes (measured)")
+    ax.legend(fontsize=7, ncol=3, loc="upper right")
+    return ax

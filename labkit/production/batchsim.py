@@ -3,7 +3,9 @@
 Chapter 08 measures a real vLLM server at a few concurrencies; this module extends those points by
 discrete-event simulation. :func:`fit_step_cost` turns measured prefill times and decode-step times
 into a :class:`StepCost` (seconds per prompt token; seconds per decode step as a line in the batch
-size). :func:`simulate_batching` then runs one engine under one policy, as two simpy processes
+size). Requests come from :func:`mixed_requests` (a synthetic mix) or :func:`workload_requests`
+(a measured workload), their arrival times from :mod:`labkit.serving.arrivals`.
+:func:`simulate_batching` then runs one engine under one policy, as two simpy processes
 (arrivals and the engine), and times every request:
 
 * ``static``: wait until ``max_batch`` requests are queued (or no more will arrive: flush the rest),
@@ -25,7 +27,7 @@ first token arrives at the end of the step that prefilled the request.
 
 Usage::
 
-    from labkit.serving import batchsim
+    from labkit.production import batchsim
     cost = batchsim.fit_step_cost(prefill_points, decode_points)   # your measured (n, seconds) pairs
     reqs = batchsim.mixed_requests(64, rate=2.0, seed=0)
     for policy in ("static", "dynamic", "continuous"):
@@ -37,12 +39,15 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
+
+from ..serving import arrivals
+from ..stats import percentile
 
 POLICIES = ("static", "dynamic", "continuous")
 
@@ -91,7 +96,8 @@ def mixed_requests(n: int, input_tokens: tuple[int, int] = (32, 128),
                    seed: int = 0) -> list[dict[str, Any]]:
     """``n`` requests ``{id, arrival_s, input_tokens, output_tokens}`` with token counts uniform on the
     inclusive ranges. ``rate=None``: all arrive at 0 s (an offline batch); else Poisson arrivals at
-    ``rate`` requests/s (exponential gaps from ``numpy.random.default_rng(seed)``)."""
+    ``rate`` requests/s (exponential gaps, :func:`labkit.serving.arrivals.gaps`, drawn after the
+    token counts from ``numpy.random.default_rng(seed)``)."""
     if n < 1:
         raise ValueError(f"n={n}: ask for at least one request")
     for name, (lo, hi) in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
@@ -102,9 +108,31 @@ def mixed_requests(n: int, input_tokens: tuple[int, int] = (32, 128),
     rng = np.random.default_rng(seed)
     ins = rng.integers(input_tokens[0], input_tokens[1] + 1, n)
     outs = rng.integers(output_tokens[0], output_tokens[1] + 1, n)
-    arr = np.zeros(n) if rate is None else np.cumsum(rng.exponential(1.0 / rate, n))
+    arr = np.zeros(n) if rate is None else np.cumsum(arrivals.gaps(n, rate, seed=rng))
     return [{"id": i, "arrival_s": float(arr[i]), "input_tokens": int(ins[i]), "output_tokens": int(outs[i])}
             for i in range(n)]
+
+
+def workload_requests(work: Sequence[dict[str, Any]], prompt_tokens: float | Mapping[Any, int],
+                      rate: float | None = None, burstiness: float = 1.0,
+                      seed: int = 0) -> list[dict[str, Any]]:
+    """Simulator requests for a measured workload (dicts with ``id`` and ``max_tokens``, as
+    :func:`labkit.production.batching.workload` makes): ``output_tokens`` its ``max_tokens``,
+    ``input_tokens`` ``prompt_tokens`` (a number, or ``{work id: tokens}`` as the server counted
+    them, their mean for an id it lacks). ``rate=None``: all arrive at 0 s; else at ``rate``
+    requests/s, the first at 0 s (:func:`labkit.serving.arrivals.arrival_times`)."""
+    if not work:
+        raise ValueError("work is empty: pass the measured requests (batching.workload)")
+    if isinstance(prompt_tokens, Mapping):
+        if not prompt_tokens:
+            raise ValueError("prompt_tokens is an empty mapping: the server reported no prompt lengths")
+        mean = float(np.mean(list(prompt_tokens.values())))
+        tokens = [prompt_tokens.get(w["id"], mean) for w in work]
+    else:
+        tokens = [prompt_tokens] * len(work)
+    arr = np.zeros(len(work)) if rate is None else arrivals.arrival_times(len(work), rate, burstiness, seed)
+    return [{"id": i, "arrival_s": float(a), "input_tokens": int(t), "output_tokens": int(w["max_tokens"])}
+            for i, (w, t, a) in enumerate(zip(work, tokens, arr, strict=True))]
 
 
 def _check(policy: str, requests: Sequence[dict[str, Any]], max_batch: int, timeout_s: float) -> None:
@@ -214,7 +242,7 @@ def _summary(policy: str, reqs: list[dict[str, Any]], recs: list[dict[str, Any]]
     ttft = (np.array([r["first_token_s"] for r in recs]) - arr)[done]
     makespan = float(ends[done].max() - arr.min()) if done.any() else 0.0
     tokens = sum(q["output_tokens"] for q, ok in zip(reqs, done, strict=True) if ok)
-    pct = (lambda x, q: float(np.percentile(x, q)) if x.size else float("nan"))
+    pct = percentile
     return {"policy": policy, "n": len(reqs), "completed": int(done.sum()),
             "accounted": int(done.sum()) + left == len(reqs), "makespan_s": makespan,
             "throughput_tok_s": tokens / makespan if makespan > 0 else float("nan"),

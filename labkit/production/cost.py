@@ -17,7 +17,11 @@ The tutorial: "API pricing ($/million tokens) is simple to model. Dedicated GPU 
   there. Replicas are sized for the peak (mean x ``peak_to_mean``) at ``utilization_target`` and
   stay on all month, so at low traffic you pay for idle GPUs.
 * :func:`crossover`: the requests per day at which the dedicated fleet becomes cheaper;
-  :func:`plot_crossover` draws both bills against traffic.
+  :func:`plot_crossover` draws both bills against traffic; :func:`crossover_table` tabulates it
+  for several replicas against several API tiers.
+* :func:`roofline_curve`: a throughput curve computed instead of measured, for a GPU you do not
+  have: each decode step reads the weights and every sequence's KV cache at the datasheet
+  bandwidth, or does the datasheet FLOPs, whichever takes longer (an upper bound).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware import roofline
+from ..hardware.catalog import Accelerator
+from ..llm.architecture import param_count
+from ..llm.kvcache import kv_cache_bytes_for_config
 from ..paths import data
 
 SECONDS_PER_DAY = 86_400.0
@@ -263,3 +271,42 @@ def plot_crossover(input_tokens: float, output_tokens: float, tier: dict[str, An
            title=f"{input_tokens:g} in + {output_tokens:g} out tokens per request")
     ax.legend(fontsize=8)
     return ax
+
+
+def roofline_curve(config: dict[str, Any], gpu: Accelerator, batches: tuple[int, ...] = (1, 8, 32, 64),
+                   context_tokens: int = 1024, dtype: str = "bf16",
+                   dtype_bytes: float = 2) -> dict[int, float]:
+    """``{batch: decode output tokens/s}`` of the model ``config`` on ``gpu`` (a catalog entry),
+    ``batch`` sequences of ``context_tokens`` each: a step takes the longer of the memory roof
+    (weights + KV caches, ``dtype_bytes`` per number, over the bandwidth) and the compute roof
+    (2 x params FLOPs per sequence at ``gpu.tflops[dtype]``)."""
+    params = param_count(config)["total"]
+    kv_seq = kv_cache_bytes_for_config(config, context_tokens, dtype_bytes)
+    peak = gpu.tflops[dtype] * 1e12
+
+    def step_s(b: int) -> float:
+        return max(roofline.forward_bytes(dtype_bytes * params, b * kv_seq) / gpu.bandwidth_bytes_per_s,
+                   roofline.forward_flops(params, b) / peak)
+    return {b: b / step_s(b) for b in batches}
+
+
+Case = tuple[dict[str, Any], dict[int, float], int]
+
+
+def crossover_table(cases: dict[str, Case], tiers: dict[str, Any], input_tokens: float,
+                    output_tokens: float) -> tuple[list[dict[str, Any]], dict[tuple[str, str], float]]:
+    """Rows for a table, one per case ``name: (gpu price entry, throughput curve, concurrency)``: its
+    $ per hour, $ per 1M output tokens when fully used, and the :func:`crossover` (requests/day, or
+    "never") against each API tier of ``tiers``. Also returns ``{(case, tier): requests/day}``."""
+    rows, crossings = [], {}
+    for case, (gpu, curve, conc) in cases.items():
+        replica_tok_s = capacity(curve, conc)[1]
+        row = {"replica": case.split(" (")[0], "$/h": f"{gpu['per_gpu_hour']:.2f}",
+               "$/1M out, fully used": f"{gpu['per_gpu_hour'] / (replica_tok_s * 3600 / 1e6):.3f}"}
+        for name, tier in tiers.items():
+            x = crossings[(case, name)] = crossover(input_tokens, output_tokens, tier, gpu, curve,
+                                                    slo_concurrency=conc)
+            label = f"{name} (${tier['output_per_mtok']:g}/1M out)"
+            row[label] = "never" if math.isinf(x) else f"{x:,.0f}/day"
+        rows.append(row)
+    return rows, crossings

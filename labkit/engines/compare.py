@@ -5,7 +5,7 @@ uses) with where each runs; :func:`available_here` says which of them this machi
 :func:`compare` puts measured load-generator summaries of several engines in one table:
 single-stream decode speed (tokens/s a user sees) and aggregate throughput (tokens/s the
 machine produces for everyone). Measuring is :mod:`labkit.serving.loadgen`'s job; serving is
-:mod:`labkit.serving.vllm`'s.
+:mod:`labkit.engines.vllm`'s.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ ENGINES: list[dict[str, str]] = [
 
 def available_here() -> dict[str, str]:
     """Engine name -> what this machine can do with it right now, in words (nothing is started)."""
-    from .ollama_api import ollama_available
+    from ..serving.ollama_api import ollama_available
     from .vllm import unavailable_reason, vllm_available
 
     def has(module: str) -> bool:
@@ -87,7 +87,7 @@ def compare(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def short_prompts(n: int = 8) -> list[str]:
     """The first ``n`` short questions of the shipped prompt set (``data/prompts/mixed.jsonl``):
     the same workload for every engine, with short prompts so decode dominates."""
-    from .loadgen import load_prompts
+    from ..serving.loadgen import load_prompts
 
     short = [p["prompt"] for p in load_prompts() if p.get("kind") == "short"]
     if not short:
@@ -101,12 +101,12 @@ def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
     requests that arrive separately), through :func:`labkit.serving.loadgen.run` with exactly
     ``max_tokens`` tokens per request. A load-generator summary (``median_tps``,
     ``output_throughput`` in tokens/s, ``median_ttft_ms``...)."""
-    from .loadgen import run
-    from .local import transformers_backend
+    from ..serving.loadgen import LoadSpec, run
+    from ..serving.local import transformers_backend
 
     backend = transformers_backend(model, tokenizer, ignore_eos=True)
-    return run(backend, n_requests, 1, prompts=list(prompts or short_prompts(n_requests)),
-               max_tokens=max_tokens, warmup=1, progress=False)
+    spec = LoadSpec(n_requests, 1, max_tokens=max_tokens, prompts=list(prompts or short_prompts(n_requests)))
+    return run(backend, spec, progress=False)
 
 
 def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
@@ -116,10 +116,10 @@ def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
     each concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
     concurrency -> requests (default :func:`labkit.serving.loadgen.default_requests`). One warm-up
     request before the first run. Returns concurrency -> summary."""
-    from .loadgen import default_requests, sweep
+    from ..serving.loadgen import ClientSpec, LoadSpec, default_requests, sweep
 
     counts = {c: (n_requests or {}).get(c) or default_requests(c) for c in concurrencies}
-    prompts = list(prompts or short_prompts(max(counts.values())))
-    runs = sweep(url, concurrencies, counts, model=model, prompts=prompts, max_tokens=max_tokens,
-                 ignore_eos=True, progress=False)
+    spec = LoadSpec(max_tokens=max_tokens, prompts=list(prompts or short_prompts(max(counts.values()))))
+    runs = sweep(url, concurrencies, spec, ClientSpec(model=model, ignore_eos=True), n_requests=counts,
+                 progress=False)
     return dict(zip(concurrencies, runs, strict=True))

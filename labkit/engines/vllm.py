@@ -6,14 +6,14 @@ x86_64 only). Everything here talks to it as a subprocess: nothing imports vLLM.
 
 Usage::
 
-    from labkit.serving import loadgen
-    from labkit.serving.vllm import vllm_available, vllm_server
+    from labkit.serving.loadgen import ClientSpec, LoadSpec, run
+    from labkit.engines.vllm import vllm_available, vllm_server
     if vllm_available():
         with vllm_server() as url:            # about 20-40 s until /health answers on 2 CPU cores
-            s = loadgen.run(url, n_requests=8, concurrency=4, model="smollm2", max_tokens=32)
+            s = run(url, LoadSpec(n_requests=8, concurrency=4, max_tokens=32), ClientSpec(model="smollm2"))
             print(s["median_ttft_ms"], s["output_throughput"])
 
-``make serve`` (= ``python -m labkit.serving.vllm --port 8000``) runs the same server in the foreground.
+``make serve`` (= ``python -m labkit.engines.vllm --port 8000``) runs the same server in the foreground.
 
 Flags, and why (see :func:`vllm_command` and :func:`vllm_env`):
 
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import REPO
+from . import prometheus
 
 VLLM_VENV = REPO / ".venv-vllm"
 SERVED_NAME = "smollm2"
@@ -236,33 +237,20 @@ def vllm_server(**kwargs: Any) -> Iterator[str]:
 
 
 def scrape_metrics(base_url: str, prefix: str = "vllm:") -> dict[str, float]:
-    """Prometheus ``/metrics`` as ``{sample name: value}``, summed over label sets, for names
-    starting with ``prefix``. Histograms give ``NAME_sum`` and ``NAME_count`` (and buckets as
-    ``NAME_bucket{le}``), e.g. ``vllm:time_to_first_token_seconds_sum``."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=10.0).text
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if not s.name.startswith(prefix):
-                continue
-            key = f"{s.name}{{le={s.labels['le']}}}" if "le" in s.labels else s.name
-            out[key] = out.get(key, 0.0) + float(s.value)
-    return out
+    """vLLM's Prometheus ``/metrics`` as :func:`labkit.engines.prometheus.scrape` reads it: ``{sample
+    name: value}`` summed over label sets, for names starting with ``prefix``; histogram buckets
+    keep their bound (``NAME_bucket{le="0.1"}``), e.g. ``vllm:time_to_first_token_seconds_sum``."""
+    return prometheus.scrape(base_url, prefix)
 
 
 def server_side_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Mean server-side TTFT and E2E latency (seconds) of the requests served between two
-    :func:`scrape_metrics` snapshots, from the histograms' ``_sum``/``_count`` deltas."""
+    :func:`scrape_metrics` snapshots, from the histograms' ``_sum``/``_count`` deltas; ``n_ttft_s``
+    and ``n_e2e_s`` count the requests each mean is over."""
     out: dict[str, float] = {}
-    for key, name in (("ttft_s", "vllm:time_to_first_token_seconds"),
-                      ("e2e_s", "vllm:e2e_request_latency_seconds")):
-        n = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
-        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
-        out[key] = total / n if n else float("nan")
-        out[f"n_{key}"] = n
+    for key, figure in (("ttft_s", "ttft"), ("e2e_s", "e2e")):
+        d = prometheus.histogram_delta(before, after, prometheus.RENAMED[figure][0])
+        out[key], out[f"n_{key}"] = d["mean"], d["count"]
     return out
 
 

@@ -14,19 +14,22 @@ The same requests (all queued at t=0, mixed output lengths) are served three way
 Each returns :func:`labkit.serving.metrics.summarize`-style figures: ``output_throughput`` (useful
 output tokens/s: only the tokens each request asked for), ``p50_queued_e2e_ms``/``p99_queued_e2e_ms``
 (milliseconds from the moment every request was queued to its last token),
-``duration`` (seconds), ``completed``/``failed``. :func:`step_costs` turns two small server runs
-into the per-step costs :mod:`labkit.serving.batchsim` simulates with.
+``duration`` (seconds), ``completed``/``failed``. :func:`step_costs` turns small server runs
+(:func:`calibration_runs`, repeated) into the per-step costs :mod:`labkit.production.batchsim` simulates with;
+:func:`table_row`, :func:`slot_seconds` and :func:`prompt_tokens_by_id` read a run for the chapter.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from . import loadgen, metrics
+from ..serving import loadgen, metrics
+from ..serving.loadspec import Prompt
+from ..serving.records import RequestRecord
 
 Requests = Sequence[dict[str, Any]]
 
@@ -52,42 +55,43 @@ def workload(n: int = 24, short: tuple[int, int] = (4, 16), long: tuple[int, int
     return out
 
 
-def _run_args(model: str, **kw: Any) -> dict[str, Any]:
-    return {"model": model, "ignore_eos": True, "warmup": 0, "progress": False, **kw}
+def _run(url: str, model: str, requests: Requests, concurrency: int) -> dict[str, Any]:
+    """``requests`` through the load generator, ``concurrency`` in flight, exactly their ``max_tokens``."""
+    prompts = [cast(Prompt, r) for r in requests]
+    spec = loadgen.LoadSpec(len(requests), concurrency, prompts=prompts, warmup=0)
+    return loadgen.run(url, spec, loadgen.ClientSpec(model=model, ignore_eos=True), progress=False)
 
 
-def continuous(url: str, model: str, requests: Requests, batch: int, **kw: Any) -> dict[str, Any]:
+def continuous(url: str, model: str, requests: Requests, batch: int) -> dict[str, Any]:
     """Every request offered at once to the server, at most ``batch`` in flight (closed loop): the
     engine's own continuous batching refills a slot as soon as its request finishes."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    s = loadgen.run(url, len(requests), concurrency=min(batch, len(requests)), prompts=list(requests),
-                    **_run_args(model, **kw))
+    s = _run(url, model, requests, min(batch, len(requests)))
     s.update(policy="continuous", batch=batch)
-    return _queued(s, s["requests"], min(r["t_sent"] for r in s["requests"]))
+    return _queued(s, s["requests"], min(r.t_sent for r in s["requests"]))
 
 
-def static_gate(url: str, model: str, requests: Requests, batch: int, **kw: Any) -> dict[str, Any]:
+def static_gate(url: str, model: str, requests: Requests, batch: int) -> dict[str, Any]:
     """Groups of ``batch`` requests sent together; the next group only when the whole previous one
     has finished. Every request is queued at the start, so its end-to-end latency counts the groups
     it waited behind. Summarized over the whole run (one duration, first send to last close)."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    records: list[dict[str, Any]] = []
+    records: list[RequestRecord] = []
     t0 = time.perf_counter()
     for i in range(0, len(requests), batch):
         group = list(requests[i:i + batch])
-        s = loadgen.run(url, len(group), concurrency=len(group), prompts=group, **_run_args(model, **kw))
-        records += s["requests"]
+        records += _run(url, model, group, len(group))["requests"]
     s = metrics.summarize(records, duration_s=time.perf_counter() - t0)
     s.update(policy="static", batch=batch, requests=records)
     return _queued(s, records, t0)
 
 
-def _queued(s: dict[str, Any], records: Requests, t0: float) -> dict[str, Any]:
+def _queued(s: dict[str, Any], records: Sequence[RequestRecord], t0: float) -> dict[str, Any]:
     """Add latency as the user sees it when every request was queued at ``t0`` (seconds): the wait
     for a free slot or an earlier group counts. ``p50_queued_e2e_ms``, ``p99_queued_e2e_ms``."""
-    st = metrics.stats(r["t_end"] - t0 for r in records if r.get("status") == "ok")
+    st = metrics.stats(r.t_end - t0 for r in records if r.status == "ok" and r.t_end is not None)
     s.update(p50_queued_e2e_ms=st["p50"] * 1000, p99_queued_e2e_ms=st["p99"] * 1000)
     return s
 
@@ -127,21 +131,71 @@ def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> dic
             "p99_queued_e2e_ms": e2e["p99"] * 1000}
 
 
-def step_costs(single: dict[str, Any], batched: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def step_costs(single: dict[str, Any] | Sequence[dict[str, Any]],
+               batched: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-step costs of a server from load-test summaries, the inputs of
-    :func:`labkit.serving.batchsim.fit_step_cost`:
+    :func:`labkit.production.batchsim.fit_step_cost`:
 
-    * ``prefill_points`` [(prompt tokens, s)]: from ``single`` (a concurrency-1 run), its median
-      TTFT less one decode step (its median inter-token latency: the first token also needs a
-      step), at its mean prompt length. Calibrate with prompts as long as the workload's: on a CPU
-      the cost per prompt token grows with the prompt (chapter 08 measured 1.3 ms per token at
-      about 110 tokens and over 4 ms at about 570 on 2 AVX2 cores).
-    * ``decode_points`` [(batch, s)]: each run's median inter-token latency at its concurrency (at
+    * ``prefill_points`` [(prompt tokens, s)]: from ``single`` (a concurrency-1 run, or several),
+      the median TTFT less one decode step (the median inter-token latency: the first token also
+      needs a step), at the mean prompt length; with several runs, the median over them.
+      Calibrate with prompts as long as the workload's: on a CPU the cost per prompt token grows
+      with the prompt (chapter 08 measured 1.3 ms per token at about 110 tokens and over 4 ms at
+      about 570 on 2 AVX2 cores).
+    * ``decode_points`` [(batch, s)]: the median inter-token latency at each concurrency (at
       concurrency ``c`` a step serves ``c`` streams; the median skips the few gaps stretched by
-      another request's prefill, which the simulator adds itself)."""
-    tokens = single["total_input_tokens"] / max(1, single["completed"])
-    if not tokens > 0:
+      another request's prefill, which the simulator adds itself); runs repeated at one
+      concurrency give one point, the median of theirs."""
+    singles = [single] if isinstance(single, dict) else list(single)
+    if not singles:
+        raise ValueError("step_costs needs at least one concurrency-1 run")
+    tokens = [s["total_input_tokens"] / max(1, s["completed"]) for s in singles]
+    if not min(tokens) > 0:
         raise ValueError("the concurrency-1 run reported no prompt tokens; the server must return usage")
-    prefill_s = max(single["median_ttft_ms"] - single["median_itl_ms"], 0.0) / 1000.0
-    decode = [(int(s["concurrency"]), s["median_itl_ms"] / 1000.0) for s in [single, *batched]]
-    return {"prefill_points": [(tokens, prefill_s)], "decode_points": decode}
+    prefill_s = [max(s["median_ttft_ms"] - s["median_itl_ms"], 0.0) / 1000.0 for s in singles]
+    steps: dict[int, list[float]] = {}
+    for s in [*singles, *batched]:
+        steps.setdefault(int(s["concurrency"]), []).append(s["median_itl_ms"] / 1000.0)
+    return {"prefill_points": [(float(np.mean(tokens)), float(np.median(prefill_s)))],
+            "decode_points": [(c, float(np.median(v))) for c, v in sorted(steps.items())]}
+
+
+def calibration_runs(url: str, model: str,
+                     repeats: int = 3) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The small runs :func:`step_costs` reads, ``repeats`` times each, alternating so that a
+    passing burst of background load on the host hits both alike (their medians are what the
+    simulator gets): 3 requests one at a time (24 tokens each: a step at batch 1, and the
+    prefill) and 8 requests 4 at a time (16 tokens each: a step at batch 4)."""
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: calibrate at least once")
+    ones, fours = [], []
+    for _ in range(repeats):
+        ones.append(_run_tokens(url, model, 3, 1, 24))
+        fours.append(_run_tokens(url, model, 8, 4, 16))
+    return ones, fours
+
+
+def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:
+    spec = loadgen.LoadSpec(n, concurrency, max_tokens=max_tokens, warmup=0)
+    return loadgen.run(url, spec, loadgen.ClientSpec(model=model, ignore_eos=True), progress=False)
+
+
+def table_row(s: dict[str, Any], policy: str | None = None) -> dict[str, Any]:
+    """One row of the chapter's batching table from a summary of :func:`continuous`,
+    :func:`static_gate` or :func:`hf_static`: output tokens/s, P50/P99 queued latency (s), seconds."""
+    return {"policy": policy or s["policy"], "output_tok_s": s["output_throughput"],
+            "p50_e2e_s": s["p50_queued_e2e_ms"] / 1000, "p99_e2e_s": s["p99_queued_e2e_ms"] / 1000,
+            "seconds": s["duration"], "completed": s["completed"]}
+
+
+def slot_seconds(s: dict[str, Any]) -> float:
+    """Mean seconds a completed request of the run ``s`` held its slot (sent to stream closed)."""
+    held = [r.t_end - r.t_sent for r in s["requests"] if r.status == "ok" and r.t_end is not None]
+    if not held:
+        raise ValueError("no request of this run completed: nothing to time")
+    return float(np.mean(held))
+
+
+def prompt_tokens_by_id(s: dict[str, Any]) -> dict[Any, int]:
+    """``{prompt id: prompt tokens}`` as the server counted them, for the run ``s``'s requests."""
+    return {r.prompt_id: r.prompt_tokens for r in s["requests"] if r.prompt_tokens}

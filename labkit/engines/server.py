@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
+from ..serving.openai_api import check_openai_server
 from . import vllm
 from .fakeserver import fake_server
-from .openai_api import check_openai_server
 
 #: The simulated engine: 50 ms prefill, 30 ms per decode step, +10 ms per extra stream in a step.
-SIMULATED = {"prefill_s": 0.05, "step_s": 0.03, "batch_cost_s": 0.01}
+SIMULATED: dict[str, Any] = {"prefill_s": 0.05, "step_s": 0.03, "batch_cost_s": 0.01}
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Target:
 def measured_server(vllm_args: list[str] | None = None, **vllm_kwargs: Any) -> Iterator[Target]:
     """``with measured_server() as t:`` the :class:`Target` to load-test (see the module doc).
     ``vllm_args``: extra command-line flags for vLLM (e.g. ``["--no-enable-prefix-caching"]``);
-    other keywords go to :func:`labkit.serving.vllm.start_vllm`."""
+    other keywords go to :func:`labkit.engines.vllm.start_vllm`."""
     url = settings.base_url()
     if url:
         model = settings.served_model() or check_openai_server(url)[0]

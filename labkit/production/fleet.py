@@ -1,7 +1,9 @@
 """Replicas at fleet scale, simulated with simpy (chapter 08): a day of traffic, an HPA-like
-autoscaler with cold starts and a warm pool, and blue-green vs canary rollouts.
+autoscaler with cold starts and a warm pool, and a burst to compare fixes over several seeds.
+Times in seconds, rates in requests/s, cost in GPU-hours.
 
-:func:`day_trace` draws a day of arrivals. :func:`simulate_fleet` serves them on replicas of
+:func:`day_trace` draws a day of arrivals, :func:`burst_trace` a burst sized in replicas' worth.
+:func:`simulate_fleet` serves them on replicas of
 ``slots_per_replica`` concurrent slots behind one FIFO queue: the load balancer sends the oldest
 request to the least-loaded ready replica; one not started within ``max_wait_s`` is dropped. Every
 ``interval_s`` the scaler sums ``waiting`` (queued requests, vLLM's ``vllm:num_requests_waiting``) or
@@ -10,21 +12,22 @@ request to the least-loaded ready replica; one not started within ``max_wait_s``
 (HPA's stabilization window; ``waiting`` is 0 whenever the fleet keeps up, so it scales a busy fleet
 down too). A new replica serves ``cold_start_s`` after the decision, or ``warm_start_s`` when taken
 from the warm pool (refilled in ``cold_start_s``); a removed one finishes its requests first. A GPU
-is billed from the scale-up decision until removal, warm-pool ones all the time. :func:`rollout`
-prices blue-green against canary. In :func:`simulate_fleet` arrivals, the scaler and replica
-starts are simpy processes; a request's service is a simpy ``Timeout`` whose callback frees its
-slot (no process per request: 50k requests take about half a second).
+is billed from the scale-up decision until removal, warm-pool ones all the time. In
+:func:`simulate_fleet` arrivals, the scaler and replica starts are simpy processes; a request's
+service is a simpy ``Timeout`` whose callback frees its slot (no process per request: 50k requests
+take about half a second). :func:`over_seeds` runs configurations on the traces of several seeds
+and :func:`seed_verdict` says whether a change cut the late and dropped requests on every one.
+Rollouts are in :mod:`labkit.production.rollout`.
 
 Usage::
 
-    from labkit.serving import fleet
+    from labkit.production import fleet
     arrivals = fleet.day_trace(mean_rps=2.0, seed=0)
     cfg = fleet.ScalerConfig(signal="running", target=6, cold_start_s=120, warm_pool=1)
     r = fleet.simulate_fleet(arrivals, service_s=4.0, slots_per_replica=8, config=cfg, slo_s=10,
                              max_wait_s=30, horizon_s=24 * 3600)
     print(r["completed"], r["dropped"], r["late"], r["gpu_hours"], r["accounted"])
     fleet.plot_fleet(r)
-    print(fleet.rollout("canary", replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8))
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from typing import Any
 
 import numpy as np
 import simpy
+
+from ..serving import arrivals
+from ..stats import percentile
 
 SPIKES = ((10.0, 3.0, 0.25), (19.0, 2.5, 0.5))  # (start hour, rate multiplier, duration hours)
 #: Seconds a request holds a slot, or a function drawing them from a numpy Generator.
@@ -67,11 +73,27 @@ def day_trace(mean_rps: float, hours: float = 24, peak_to_trough: float = 4.0,
     if not hours > 0:
         raise ValueError(f"hours={hours} must be positive")
     rate_at(0.0, mean_rps, peak_to_trough, spikes)  # validates
-    rng = np.random.default_rng(seed)
     peak = mean_rps * 2 * peak_to_trough / (peak_to_trough + 1)
     bound = peak * math.prod(max(m, 1.0) for _, m, _ in spikes)
-    t = np.sort(rng.uniform(0.0, hours * 3600, rng.poisson(bound * hours * 3600)))
-    return t[rng.uniform(0.0, bound, t.size) < rate_at(t, mean_rps, peak_to_trough, spikes)]
+    return arrivals.thinned(lambda t: rate_at(t, mean_rps, peak_to_trough, spikes), bound, hours * 3600, seed)
+
+
+def burst_trace(slots_per_replica: int, service_s: float, base: float = 1.0, extra: float = 8.0,
+                front_s: float = 15.0, start_s: float = 600.0, hold_s: float = 1200.0, after_s: float = 600.0,
+                seed: int = 0) -> np.ndarray:
+    """Arrival times (s) of a burst, in replicas' worth (one replica serves ``slots_per_replica /
+    service_s`` requests/s): ``base`` for ``start_s``, then ``base + extra`` for ``hold_s``, then
+    ``base`` for ``after_s``. The burst's first ``front_s`` seconds bring ``extra`` replicas' worth of
+    requests in flight (a faster rate when a request lasts longer than ``front_s``), so the fleet fills
+    up faster than a replica cold-starts, however long a request holds its slot."""
+    if not (service_s > 0 and 0 < front_s < hold_s and min(start_s, after_s) > 0 and base > 0 and extra > 0):
+        raise ValueError(f"need service_s, base, extra, start_s, after_s > 0 and 0 < front_s < hold_s; got "
+                         f"{service_s=}, {base=}, {extra=}, {start_s=}, {after_s=}, {front_s=}, {hold_s=}")
+    cap = slots_per_replica / service_s
+    front = base * cap + extra * slots_per_replica / min(front_s, service_s)
+    rates = [base * cap, front, (base + extra) * cap, base * cap]
+    starts = [0.0, start_s, start_s + front_s, start_s + hold_s]
+    return arrivals.piecewise(starts, rates, start_s + hold_s + after_s, seed)
 
 
 @dataclass
@@ -108,7 +130,8 @@ class _Replica:
     busy: int = 0
 
 
-def _service_times(service_s: Service, n: int, rng: np.random.Generator) -> np.ndarray:
+def service_times(service_s: Service, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` service times (s): ``service_s`` itself, or drawn from ``rng`` when it is a function."""
     s = np.array([service_s(rng) for _ in range(n)] if callable(service_s) else np.full(n, service_s), float)
     if n and not (np.all(np.isfinite(s)) and s.min() > 0):
         raise ValueError("service_s must be (or draw) positive, finite seconds")
@@ -132,7 +155,8 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
     if not isinstance(slots_per_replica, int | np.integer) or slots_per_replica < 1:
         raise ValueError(f"slots_per_replica={slots_per_replica!r} must be an integer >= 1")
     c, n, env = config, arr.size, simpy.Environment()
-    serv, lat, queue = _service_times(service_s, n, np.random.default_rng(seed)), np.full(n, np.nan), deque()
+    serv, lat = service_times(service_s, n, np.random.default_rng(seed)), np.full(n, np.nan)
+    queue: deque[int] = deque()
     reps = [_Replica(0.0, "ready") for _ in range(c.min_replicas)]
     ready, pool = list(reps), [_Replica(0.0, "warm") for _ in range(c.warm_pool)]
     st, timeline, done = {"completed": 0, "dropped": 0, "billed": 0.0}, [], env.event()
@@ -228,8 +252,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
     ok = lat[~np.isnan(lat)]
     return {"n": n, "completed": st["completed"], "dropped": st["dropped"], "late": int((ok > slo_s).sum()),
             "accounted": st["completed"] + st["dropped"] == n == ok.size + st["dropped"] and not queue,
-            "p50_latency_s": float(np.percentile(ok, 50)) if ok.size else float("nan"),
-            "p99_latency_s": float(np.percentile(ok, 99)) if ok.size else float("nan"),
+            "p50_latency_s": percentile(ok, 50), "p99_latency_s": percentile(ok, 99),
             "gpu_hours": float(st["billed"] + sum(env.now - r.since for r in reps + pool)) / 3600,
             "peak_replicas": max(r + s for _, r, s, _ in timeline), "timeline": timeline,
             "end_s": float(env.now), "arrivals_per_hour": np.bincount((arr // 3600).astype(int)).tolist(),
@@ -255,66 +278,39 @@ def plot_fleet(result: dict[str, Any], ax: Any = None) -> Any:
     return ax
 
 
-def _plan(strategy: str, r: int, splits: Sequence[float], step_s: float, cold_s: float) -> list[tuple]:
-    """Steps (t_s, new version's share, new billed, old billed, new ready, old ready) of a good rollout."""
-    if strategy == "blue_green":
-        return [(0.0, 0.0, r, r, 0, r), (cold_s, 1.0, r, r, r, r), (cold_s + step_s, 1.0, r, 0, r, 0)]
-    steps, t, new, old, share = [], 0.0, 0, r, 0.0
-    for s in splits:
-        if (k := math.ceil(s * r - 1e-9)) > new:    # start the extra new replicas, wait a cold start
-            steps.append((t, share, k, old, new, old))
-            t += cold_s
-        new, old, share = k, math.ceil((1 - s) * r - 1e-9), s
-        steps.append((t, s, new, old, new, old))
-        t += step_s
-    return steps
+def over_seeds(trace: Callable[[int], np.ndarray], configs: dict[str, ScalerConfig], seeds: Sequence[int],
+               **simulate: Any) -> dict[str, list[dict[str, Any]]]:
+    """``{name: [simulate_fleet result per seed]}``: each seed's trace ``trace(seed)`` served under
+    every configuration (``simulate``: the other arguments of :func:`simulate_fleet`)."""
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    for s in seeds:
+        arr = trace(s)
+        for name, cfg in configs.items():
+            out[name].append(simulate_fleet(arr, config=cfg, seed=s, **simulate))
+    return out
 
 
-def rollout(strategy: str, replicas: int, rps: float, service_s: Service, slots_per_replica: int,
-            splits: Sequence[float] = (0.05, 0.25, 0.5, 1.0), step_s: float = 600,
-            detect_s: float | None = 300, bad: bool = True, cold_start_s: float = 120.0,
-            seed: int = 0) -> dict[str, Any]:
-    """Replace ``replicas`` old replicas serving ``rps`` requests/s by a new version. ``blue_green``:
-    start ``replicas`` new ones (billed from 0 s), switch all traffic when they are ready (after
-    ``cold_start_s``), keep the old set ``step_s`` s, then remove it. ``canary``: for each share in
-    ``splits`` run ``ceil(share * replicas)`` new replicas (extra ones cold-start first; traffic
-    moves when they are ready) and ``ceil((1 - share) * replicas)`` old ones for ``step_s`` s. When
-    ``bad`` and ``detect_s`` is not None, the fault is seen ``detect_s`` s after the new version first
-    gets traffic: all traffic returns to the old set (restarted to full size if it shrank) and the
-    new set goes. Poisson arrivals (numpy, ``seed``) go to the new version with that moment's share.
-    Returns ``outcome``, ``duration_s``, ``gpu_hours`` (the transition), ``extra_gpu_hours`` (over
-    ``replicas`` for as long), ``mean_replicas``, ``peak_replicas``, ``requests``, ``requests_exposed``
-    (sent to the new version), ``failed`` (those, if bad), ``completed``, ``accounted``,
-    ``peak_utilization`` (busy slots needed / ready slots in the busier set, from the mean of
-    ``service_s``: above 1 requests queue) and ``plan``."""
-    if strategy not in ("blue_green", "canary"):
-        raise ValueError(f"strategy={strategy!r}: choose 'blue_green' or 'canary'")
-    if not (isinstance(replicas, int | np.integer) and min(replicas, slots_per_replica) >= 1 and rps > 0
-            and list(splits) == sorted(splits) and 0 < splits[0] and splits[-1] == 1.0 and step_s > 0
-            and cold_start_s >= 0 and (detect_s is None or detect_s >= 0)):
-        raise ValueError("need integer replicas and slots_per_replica >= 1, rps > 0, splits rising from "
-                         "above 0 to 1.0, step_s > 0, cold_start_s >= 0, detect_s >= 0 s (None: never seen)")
-    plan, outcome = _plan(strategy, replicas, splits, step_s, cold_start_s), "completed"
-    seen = next(p[0] for p in plan if p[1] > 0) + (math.inf if detect_s is None else detect_s)
-    if bad and seen < plan[-1][0]:              # roll back: old set to full size, new set removed
-        plan, outcome = [p for p in plan if p[0] < seen] or plan[:1], "rolled_back"
-        plan.append((seen, 0.0, 0, replicas, 0, up := plan[-1][5]))
-        if up < replicas:
-            plan.append((seen + cold_start_s, 0.0, 0, replicas, 0, replicas))
-    t, share, new_b, old_b, new_up, old_up = (np.array(x, dtype=float) for x in zip(*plan, strict=True))
-    end, gpu_s = float(t[-1]), float(np.sum(np.diff(t) * (new_b + old_b)[:-1]))
-    rng = np.random.default_rng(seed)
-    arr = np.sort(rng.uniform(0.0, end, rng.poisson(rps * end)))
-    to_new = rng.random(arr.size) < share[np.searchsorted(t, arr, side="right") - 1]
-    need = rps * float(np.mean(_service_times(service_s, 1000, rng))) / slots_per_replica  # replicas' worth
-    with np.errstate(divide="ignore", invalid="ignore"):       # 0/0: a set with no traffic and no replica
-        util = np.nan_to_num(np.maximum(share * need / new_up, (1 - share) * need / old_up))[:-1]
-    exposed, failed = int(to_new.sum()), int(to_new.sum()) if bad else 0
-    ok = int((~to_new).sum()) + exposed - failed
-    return {"strategy": strategy, "outcome": outcome, "duration_s": end, "gpu_hours": gpu_s / 3600,
-            "extra_gpu_hours": (gpu_s - replicas * end) / 3600, "mean_replicas": gpu_s / end if end else 0.0,
-            "peak_replicas": int(max(new_b + old_b)), "requests": int(arr.size), "requests_exposed": exposed,
-            "failed": failed, "completed": ok, "accounted": ok + failed == arr.size,
-            "peak_utilization": float(util.max()) if util.size else 0.0,
-            "plan": [dict(zip(("t_s", "new_share", "new_billed", "old_billed", "new_ready", "old_ready"), p,
-                              strict=True)) for p in plan]}
+def seed_verdict(baseline: Sequence[int], changed: Sequence[int],
+                 change: str = "the change") -> dict[str, Any]:
+    """Did ``change`` cut the requests that were late or dropped? ``baseline`` and ``changed``: their
+    counts per seed (same seeds, same order). It ``held`` only when the baseline hurt some requests on
+    every seed (a 0 -> 0 seed did not load the fleet and shows nothing) and the change had fewer on
+    every seed. Returns ``held``, ``seeds``, ``loaded`` and ``cut`` (seeds of each kind), the means
+    (``baseline_mean``, ``changed_mean``), the cut's mean and s.d. over seeds, and ``sentence``."""
+    b, c = np.asarray(baseline, dtype=float), np.asarray(changed, dtype=float)
+    if b.ndim != 1 or b.shape != c.shape or b.size == 0 or min(b.min(), c.min()) < 0:
+        raise ValueError(f"need one count >= 0 per seed in each, as many seeds; got {list(baseline)} "
+                         f"and {list(changed)}")
+    loaded, cut, diff = int((b > 0).sum()), int((c < b).sum()), b - c
+    spread = float(diff.std(ddof=1)) if b.size > 1 else 0.0
+    pairs = ", ".join(f"{x:.0f} -> {y:.0f}" for x, y in zip(b, c, strict=True))
+    if loaded < b.size:
+        sentence = (f"the baseline had late or dropped requests on only {loaded} of {b.size} seeds "
+                    f"({pairs}): the scenario did not load the fleet, so it cannot show what {change} does")
+    else:
+        sentence = (f"{change} cut the late or dropped requests on {cut} of {b.size} seeds: "
+                    f"{b.mean():.0f} -> {c.mean():.0f} on average, a cut of {diff.mean():.0f} ± {spread:.0f} "
+                    "(s.d. over seeds)")
+    return {"held": loaded == cut == b.size, "seeds": int(b.size), "loaded": loaded, "cut": cut,
+            "baseline_mean": float(b.mean()), "changed_mean": float(c.mean()), "cut_mean": float(diff.mean()),
+            "cut_sd": spread, "sentence": sentence}

@@ -14,12 +14,12 @@ serve`` sends), and can misbehave on purpose: ``fail_every`` (every n-th request
 
 Example::
 
-    from labkit.serving.fakeserver import fake_server
+    from labkit.engines.fakeserver import fake_server
     with fake_server(step_s=0.01, tokens_per_chunk=2) as srv:
         print(srv.url)          # http://127.0.0.1:PORT, OpenAI routes under /v1, Ollama under /api
         srv.opts["fail_every"] = 3   # options can change while it runs
 
-``python -m labkit.serving.fakeserver --port 8011 --step-ms 0`` runs one in the foreground (the overhead
+``python -m labkit.engines.fakeserver --port 8011 --step-ms 0`` runs one in the foreground (the overhead
 benchmark starts it in its own process so it does not share the client's CPU time slice).
 """
 
@@ -259,10 +259,7 @@ async def _serve(srv: FakeServer, port: int, ready: threading.Event | None = Non
 def fake_server(port: int = 0, **opts: Any) -> Iterator[FakeServer]:
     """Run a :class:`FakeServer` on ``127.0.0.1:port`` (0: a free port) in a background thread;
     options as in :data:`DEFAULTS` (times in seconds)."""
-    unknown = set(opts) - set(DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown fake server options {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    srv = FakeServer(opts=DEFAULTS | opts)
+    srv = FakeServer(opts=_options(opts))
     ready = threading.Event()
     thread = threading.Thread(target=lambda: asyncio.run(_serve(srv, port, ready)), daemon=True)
     thread.start()
@@ -274,6 +271,27 @@ def fake_server(port: int = 0, **opts: Any) -> Iterator[FakeServer]:
         if srv._loop and srv._server:
             srv._loop.call_soon_threadsafe(srv._server.close)
         thread.join(5)
+
+
+def _options(opts: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(opts) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown fake server options {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    return DEFAULTS | opts
+
+
+def reset(srv: FakeServer, timeout_s: float = 5.0, **opts: Any) -> FakeServer:
+    """``srv`` as if just started with ``opts``: waits up to ``timeout_s`` seconds for the streams in
+    flight to end, then sets the options and zeroes ``requests`` and ``peak_active`` (one server can
+    then serve many tests)."""
+    new = _options(opts)
+    deadline = time.perf_counter() + timeout_s
+    while srv.active and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    srv.opts.clear()
+    srv.opts.update(new)
+    srv.requests, srv.peak_active = 0, srv.active
+    return srv
 
 
 def main(argv: list[str] | None = None) -> None:

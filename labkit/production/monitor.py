@@ -1,7 +1,9 @@
 """Watching a serving system while it runs (chapter 08): the tutorial's production watch list,
-measured. Host gauges from psutil and NVML (what ``nvidia-smi dmon`` reads), server gauges from
-vLLM's Prometheus ``/metrics``, request figures from load-generator records; seconds, bytes, %, W.
-Wrap ``loadgen.run`` in a :class:`Sampler`, then :func:`timeline`, :func:`dashboard`; CLI: :func:`live`."""
+measured. Host gauges from psutil and NVML (:func:`labkit.hardware.machine.nvidia_smi_snapshot`, what
+``nvidia-smi dmon`` reads), server gauges from vLLM's Prometheus ``/metrics``
+(:mod:`labkit.engines.prometheus`), request figures from load-generator records; seconds, bytes, %, W.
+Wrap ``loadgen.run`` in a :class:`Sampler`, then :func:`timeline`, :func:`dashboard`; CLI: :func:`live`
+(options in :mod:`labkit.production.monitor_options`)."""
 
 from __future__ import annotations
 
@@ -15,69 +17,58 @@ from typing import Any, TextIO
 import httpx
 import numpy as np
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 
-from .metrics import format_rows, request_metrics, stats, summarize
-from .streaming import base_url_of
+from ..engines import prometheus
+from ..hardware.machine import nvidia_smi_snapshot
+from ..serving.metrics import request_metrics, summarize
+from ..serving.records import RequestRecord
+from ..serving.streaming import base_url_of
+from ..stats import summary
+from ..table import format_rows
 
 NAN = float("nan")
-TTFT = "vllm:time_to_first_token_seconds"
-KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # current vLLM, then before v1
-_NVML: list[Any] = []  # [the initialised pynvml module, or None: no library/driver]; empty until tried
-psutil.cpu_percent(interval=None)  # primes psutil: each later call measures since the one before
+TTFT = prometheus.RENAMED["ttft"][0]
+KV_NAMES = prometheus.RENAMED["kv_usage"]  # current vLLM, then before v1
+_CPU_PRIMED: list[bool] = []  # psutil's first non-blocking cpu_percent() is meaningless: see host_sample
 
 
-def _try(f: Any, *args: Any) -> Any:
-    try:
-        return f(*args)
-    except Exception:  # noqa: BLE001 - what NVML cannot read (no driver, not supported) is left out
-        return None
+def _cpu_pct() -> float:
+    """CPU % of all cores since the previous call; the first call measures over 0.1 s."""
+    if not _CPU_PRIMED:
+        _CPU_PRIMED.append(True)
+        return psutil.cpu_percent(interval=0.1)
+    return psutil.cpu_percent(interval=None)
 
 
 def host_sample() -> dict[str, float]:
     """This machine now: ``time`` (``time.time()``), ``t_perf`` (``perf_counter()``, the clock of
     request records), ``cpu_pct`` (all cores, since the previous call), ``ram_used_bytes``,
     ``ram_pct``; per NVIDIA GPU ``gpu{i}_util_pct``, ``_mem_used_bytes``, ``_mem_total_bytes``,
-    ``_power_w`` from NVML (initialised once; no library, driver or GPU: no GPU fields, no error)."""
-    if not _NVML:
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            _NVML.append(pynvml)
-        except Exception:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, ...
-            _NVML.append(None)
-    vm, nv = psutil.virtual_memory(), _NVML[0]
-    out = {"time": time.time(), "t_perf": time.perf_counter(), "cpu_pct": psutil.cpu_percent(interval=None),
+    ``_power_w`` from :func:`~labkit.hardware.machine.nvidia_smi_snapshot` (no library, driver or
+    GPU: no GPU fields, no error; a field NVML cannot read is left out)."""
+    vm = psutil.virtual_memory()
+    out = {"time": time.time(), "t_perf": time.perf_counter(), "cpu_pct": _cpu_pct(),
            "ram_used_bytes": float(vm.total - vm.available), "ram_pct": vm.percent}
-    for i in range(_try(nv.nvmlDeviceGetCount) or 0) if nv is not None else ():
-        h = _try(nv.nvmlDeviceGetHandleByIndex, i)
-        util, mem, mw = (_try(f, h) for f in (nv.nvmlDeviceGetUtilizationRates, nv.nvmlDeviceGetMemoryInfo,
-                                               nv.nvmlDeviceGetPowerUsage))  # power in milliwatts
-        values = {"util_pct": util and util.gpu, "mem_used_bytes": mem and mem.used,
-                  "mem_total_bytes": mem and mem.total, "power_w": mw and mw / 1000.0}
-        out |= {f"gpu{i}_{k}": float(v) for k, v in values.items() if v is not None}
+    names = {"util_pct": "gpu_util_pct", "mem_used_bytes": "memory_used_bytes",
+             "mem_total_bytes": "memory_total_bytes", "power_w": "power_w"}
+    for g in nvidia_smi_snapshot():
+        out |= {f"gpu{g['index']}_{k}": float(g[n]) for k, n in names.items() if n in g}
     return out
 
 
 def parse_metrics(text: str) -> dict[str, Any]:
     """vLLM's Prometheus text as :func:`server_sample`'s figures, label sets summed (KV usage: averaged)."""
-    sums, buckets, reasons, kv = Counter(), Counter(), Counter(), {}  # type: ignore[var-annotated]
-    for s in (s for fam in text_string_to_metric_families(text) for s in fam.samples):
-        if s.name == f"{TTFT}_bucket":
-            buckets[float(s.labels["le"])] += s.value
-        elif s.name == "vllm:request_success_total":
-            reasons[f"finished_{s.labels.get('finished_reason', 'all')}"] += s.value
-        elif s.name in KV_NAMES:
-            kv.setdefault(s.name, []).append(s.value)
-        sums[s.name] += s.value
-    kv_name = next((k for k in KV_NAMES if k in kv), None)
-    get = lambda name: float(sums.get(name, NAN))
+    s = prometheus.samples(text, "vllm:", keep=("le", "finished_reason"), average=KV_NAMES)
+    reasons = {f"finished_{k}": v for k, v in
+               prometheus.by_label(s, "vllm:request_success_total", "finished_reason", "all").items()}
+    kv_name, ttft = prometheus.metric_name(s, "kv_usage"), prometheus.histogram(s, TTFT)
+    get = lambda name: float(s.get(name, NAN))
     total = {"finished_total": sum(reasons.values())} if reasons else {}
     return {"running": get("vllm:num_requests_running"), "waiting": get("vllm:num_requests_waiting"),
-            "kv_usage_pct": 100.0 * float(np.mean(kv[kv_name])) if kv_name else NAN, "kv_metric": kv_name,
+            "kv_usage_pct": 100.0 * s[kv_name] if kv_name else NAN, "kv_metric": kv_name,
             "prompt_tokens_total": get("vllm:prompt_tokens_total"), "ttft_count": get(f"{TTFT}_count"),
             "generation_tokens_total": get("vllm:generation_tokens_total"), "ttft_sum": get(f"{TTFT}_sum"),
-            "ttft_buckets": dict(sorted(buckets.items()))} | dict(reasons) | total
+            "ttft_buckets": ttft["buckets"]} | reasons | total
 
 
 def server_sample(base_url: str, timeout_s: float = 2.0,
@@ -90,37 +81,9 @@ def server_sample(base_url: str, timeout_s: float = 2.0,
     url = f"{base_url_of(base_url)}/metrics"
     out: dict[str, Any] = {"time": time.time(), "t_perf": time.perf_counter()}
     try:
-        return out | parse_metrics((client or httpx).get(url, timeout=timeout_s).raise_for_status().text)
+        return out | parse_metrics(prometheus.fetch(base_url, timeout_s, client))
     except (httpx.HTTPError, ValueError) as e:  # no answer, or not Prometheus text (another server)
         return out | {"error": f"{url}: {type(e).__name__}: {e}"}
-
-
-def histogram_delta(before: dict[float, float], after: dict[float, float]) -> dict[float, float]:
-    """The cumulative histogram of what was observed between two scrapes (``after - before`` per
-    bucket). ``ValueError`` when a bucket shrank: the server restarted between them."""
-    out = {le: c - before.get(le, 0.0) for le, c in sorted(after.items())}
-    if any(v < 0 for v in out.values()):
-        raise ValueError("histogram_delta: a bucket shrank (server restarted?): scrape both from one run")
-    return out
-
-
-def ttft_quantile(buckets: dict[float, float], q: float) -> float:
-    """The ``q`` quantile (0..1) of a cumulative Prometheus histogram ``{upper bound: count}`` as
-    PromQL's ``histogram_quantile``: linear inside the bucket holding rank ``q * total`` (the first
-    starts at 0); in the ``+Inf`` bucket, the highest finite bound. NaN when empty."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"q must be in [0, 1] (0.99 for P99), got {q!r}")
-    les, counts = np.array(sorted(buckets.items()), dtype=float).reshape(-1, 2).T
-    if les.size and les[-1] != np.inf:
-        raise ValueError("buckets need the +Inf bucket (its count is the total): pass all of them")
-    if les.size < 2 or counts[-1] <= 0:
-        return NAN
-    rank = q * counts[-1]
-    i = int(np.searchsorted(counts, rank, side="left"))  # the first bucket with count >= rank
-    if i == les.size - 1 or (i == 0 and les[0] <= 0):
-        return float(les[-2] if i else les[0])
-    lo, below = (0.0, 0.0) if i == 0 else (les[i - 1], counts[i - 1])
-    return float(lo + (les[i] - lo) * (rank - below) / (counts[i] - below))
 
 
 class Sampler:
@@ -170,13 +133,13 @@ class Sampler:
     __exit__ = stop
 
 
-def _code(rec: dict[str, Any]) -> str:
+def _code(rec: RequestRecord) -> str:
     """What the client saw: the HTTP code (``"200"``, ``"503"``), or a failure after or without one."""
-    status = str(rec.get("status", "error"))
-    return str(rec.get("http_status") or status) if status in ("ok", "http_error") else status
+    status = rec.status
+    return str(rec.http_status or status) if status in ("ok", "http_error") else status
 
 
-def timeline(samples: list[dict[str, Any]], requests: list[dict[str, Any]] | None = None,
+def timeline(samples: list[dict[str, Any]], requests: list[RequestRecord] | None = None,
              bin_s: float = 1.0) -> dict[str, np.ndarray]:
     """Aligned series of :class:`Sampler` samples and request records (``perf_counter`` times, as
     ``loadgen.run(...)["requests"]``) from the earliest of both. Per sample: ``t`` (s), ``cpu_pct``,
@@ -185,18 +148,18 @@ def timeline(samples: list[dict[str, Any]], requests: list[dict[str, Any]] | Non
     with it). Per ok request, at its completion ``req_t`` (s): ``req_ttft_s``, ``req_e2e_s``."""
     if not bin_s > 0:
         raise ValueError(f"bin_s must be a positive number of seconds, got {bin_s!r}")
-    reqs = [r for r in requests or [] if r.get("status") != "not_sent" and r.get("t_sent") is not None]
-    t0 = min([s["t_perf"] for s in samples] + [r["t_sent"] for r in reqs], default=None)
+    reqs = [r for r in requests or [] if r.status != "not_sent"]
+    t0 = min([s["t_perf"] for s in samples] + [r.t_sent for r in reqs], default=None)
     if t0 is None:
         raise ValueError("timeline needs samples or request records: pass Sampler(...).samples")
     keys = ["cpu_pct", "ram_pct", "running", "waiting", "kv_usage_pct"]
     keys += sorted({k for s in samples for k in s if k.startswith("gpu") and k.endswith("_util_pct")})
     tl = {"t": np.array([s["t_perf"] - t0 for s in samples], dtype=float)}
     tl |= {k: np.array([float(s.get(k, NAN)) for s in samples], dtype=float) for k in keys}
-    ends = [(r.get("t_end") or r["t_sent"]) - t0 for r in reqs]
+    ends = [(r.t_end or r.t_sent) - t0 for r in reqs]
     edges = np.arange(max(1, np.ceil((max(ends, default=0.0) + 1e-9) / bin_s)) + 1) * bin_s
     count = lambda keep: np.histogram([e for r, e in zip(reqs, ends, strict=True) if keep(r)], edges)[0]
-    ok, sent = (lambda r: r.get("status") == "ok"), np.histogram([r["t_sent"] - t0 for r in reqs], edges)[0]
+    ok, sent = (lambda r: r.status == "ok"), np.histogram([r.t_sent - t0 for r in reqs], edges)[0]
     tl |= {"bin_t": edges[:-1], "sent_per_s": sent / bin_s, "done_per_s": count(ok) / bin_s,
            "failed_per_s": count(lambda r: not ok(r)) / bin_s}
     tl |= {f"code_{c}": count(lambda r, c=c: _code(r) == c) for c in sorted({_code(r) for r in reqs})}
@@ -232,11 +195,11 @@ def plot_timeline(tl: dict[str, np.ndarray], fig: Any = None) -> Any:
     return fig
 
 
-def dashboard(samples: list[dict[str, Any]], requests: list[dict[str, Any]]) -> dict[str, Any]:
+def dashboard(samples: list[dict[str, Any]], requests: list[RequestRecord]) -> dict[str, Any]:
     """The tutorial's watch list for a run: ``codes``/``code_classes`` (2xx/4xx/5xx/no_answer); P50/P90/P99
     of ``ttft_ms``/``tpot_ms``/``e2e_ms``, ``tps`` (tokens/s per stream, :func:`summarize`); ``mean``/``max``
     of CPU/GPU util %, RAM/GPU bytes, KV %, ``running``, ``waiting`` (queue depth); token length stats."""
-    reqs = [r for r in requests if r.get("status") != "not_sent"]
+    reqs = [r for r in requests if r.status != "not_sent"]
     s, codes = summarize(reqs), [_code(r) for r in reqs]
     classes = Counter(f"{c[0]}xx" if c.isdigit() else "no_answer" for c in codes)
     d: dict[str, Any] = {"requests": len(reqs), "codes": dict(sorted(Counter(codes).items())),
@@ -247,9 +210,9 @@ def dashboard(samples: list[dict[str, Any]], requests: list[dict[str, Any]]) -> 
     for k in gauges + sorted({k for x in samples for k in x if k.endswith(("util_pct", "mem_used_bytes"))}):
         v = np.array([float(x[k]) for x in samples if not np.isnan(x.get(k, NAN))], dtype=float)
         d[k] = {"mean": float(v.mean()), "max": float(v.max())} if v.size else {"mean": NAN, "max": NAN}
-    ok = [r for r in reqs if r.get("status") == "ok"]  # stats() leaves out unknown (None) lengths
-    d |= {"prompt_tokens": stats(r.get("prompt_tokens") for r in ok),
-          "output_tokens": stats(request_metrics(r)["output_tokens"] for r in ok)}
+    ok = [r for r in reqs if r.status == "ok"]  # summary() leaves out unknown (None) lengths
+    d |= {"prompt_tokens": summary(r.prompt_tokens for r in ok),
+          "output_tokens": summary(request_metrics(r)["output_tokens"] for r in ok)}
     return d
 
 
@@ -286,8 +249,12 @@ def live(base_url: str | None = None, interval_s: float = 1.0, count: int | None
         while count is None or rows < count:
             time.sleep(interval_s)
             cur = sampler.sample_once()
-            delta = _try(histogram_delta, prev.get("ttft_buckets", {}), cur.get("ttft_buckets", {})) or {}
-            row = cur | {"done": finished(cur) - finished(prev), "ttft50_ms": ttft_quantile(delta, 0.5) * 1e3}
+            try:
+                delta = prometheus.bucket_delta(prev.get("ttft_buckets", {}), cur.get("ttft_buckets", {}))
+            except ValueError:  # the server restarted between the two lines
+                delta = {}
+            row = cur | {"done": finished(cur) - finished(prev),
+                         "ttft50_ms": prometheus.histogram_quantile(delta, 0.5) * 1e3}
             cells = [cell(row.get(k, NAN) / scale) for k, _, scale in cols]
             print(time.strftime("%H:%M:%S", time.localtime(cur["time"])), *cells,
                   *([f" ({cur['error']})"] if "error" in cur else []), file=out, flush=True)
@@ -296,13 +263,6 @@ def live(base_url: str | None = None, interval_s: float = 1.0, count: int | None
         pass
     sampler.stop()
     return rows
-
-
-def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``labkit monitor``: ``--url``, ``--interval`` (s), ``--count`` (lines)."""
-    p.add_argument("--url", help="a vLLM server whose /metrics to show too, e.g. http://127.0.0.1:8000")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default 1)")
-    p.add_argument("--count", type=int, help="lines to print (default: until Ctrl-C)")
 
 
 def monitor_main(args: argparse.Namespace) -> int:

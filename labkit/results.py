@@ -82,7 +82,7 @@ def machine_line(info: dict[str, Any]) -> str:
 
 
 @functools.cache
-def this_machine() -> tuple[str, str]:
+def machine_key() -> tuple[str, str]:
     """``(machine_line, device)`` of this machine, detected once per process."""
     from .hardware.machine import detect
 
@@ -125,7 +125,7 @@ def header(chapter: str) -> dict[str, Any]:
     """The header of a new results file of ``chapter`` for this process's run."""
     from .settings import profile
 
-    line, device = this_machine()
+    line, device = machine_key()
     stamp = now()
     return {"chapter": chapter, "notebook": CHAPTERS[chapter], "run": RUN_ID, "started": stamp,
             "updated": stamp, "machine": line, "device": device, **source(), "profile": profile().name,

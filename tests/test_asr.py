@@ -14,9 +14,23 @@ TEXTS = json.loads((asr.AUDIO_DIR / "texts.json").read_text())
 def test_rtf_and_window_arithmetic():
     assert asr.rtf(2.0, 10.0) == pytest.approx(0.2)
     assert asr.hour_seconds(900.0) == pytest.approx(4.0)  # the tutorial's "1 hour in 4 s" = 900x
-    assert [asr.windows(s) for s in (0.5, 30.0, 30.5, 61)] == [1, 1, 2, 3]
+    assert [asr.encoder_windows(s) for s in (0.5, 30.0, 30.5, 61)] == [1, 1, 2, 3]
     with pytest.raises(ValueError):
         asr.rtf(1.0, 0.0)
+
+
+def test_transcribe_times_the_call_and_the_lazy_decoding_with_the_lab_timer(monkeypatch):
+    from types import SimpleNamespace
+
+    clock = iter([0.01, 1.5])  # the call returns a lazy generator fast; consuming it does the work
+    used = []
+    monkeypatch.setattr(asr, "timed", lambda fn, device="cpu": (used.append(device) or fn(), next(clock)))
+    segments = (SimpleNamespace(text=f" word{i} ") for i in range(3))
+    model = SimpleNamespace(transcribe=lambda audio, **kw: (segments, SimpleNamespace(language="en")))
+    r = asr.transcribe(model, np.zeros(3 * asr.SAMPLE_RATE, dtype=np.float32))
+    assert used == ["cpu", "cpu"] and r["text"] == "word0 word1 word2" and len(r["segments"]) == 3
+    assert r["call_s"] == 0.01 and r["wall_s"] == pytest.approx(1.51) and r["audio_s"] == 3.0
+    assert r["rtf"] == pytest.approx(1.51 / 3.0) and r["x_realtime"] == pytest.approx(3.0 / 1.51)
 
 
 def test_chunks_cover_the_audio_and_merge_a_sliver():

@@ -138,3 +138,46 @@ def test_classifier_reads_real_digits():
     with pytest.raises(ValueError):
         digits.accuracy(pil_like[:3, None], [1, 2])
     assert digits.prompt(7) == "a handwritten digit seven"
+
+
+def test_load_time_comes_from_the_lab_timer(monkeypatch):
+    import diffusers
+
+    import labkit.hardware
+
+    calls = []
+    monkeypatch.setattr(diffusers, "StableDiffusionXLPipeline", FakePipe)
+    monkeypatch.setattr(labkit.hardware.machine, "resolve_device", lambda pref: pref)
+    monkeypatch.setattr(diffusion, "timed", lambda fn, device="cpu": (calls.append(device) or fn(), 1.25))
+    pipe, info = diffusion.load_pipeline("stabilityai/sdxl-turbo", device="cuda")
+    assert calls == ["cuda"] and info["load_s"] == 1.25 and pipe.device == "cuda"
+
+
+def test_digits_batch_takes_the_median_of_the_timed_runs_and_scores_them(monkeypatch):
+    x, y = digits.load_digits()
+    pick = [int(np.flatnonzero(y == d)[0]) for d in range(10)] * 2  # a real image of each digit, twice
+    seconds = iter([9.0, 3.0, 1.0, 2.0])  # the first run is the untimed warm-up
+    asked_for = []
+
+    def fake_generate(pipe, prompts, steps, guidance):
+        asked_for.append((prompts, steps, guidance))
+        return {"images": (x[pick][:, None] + 1) / 2, "seconds": next(seconds), "unet_evals_per_image": 2.0}
+
+    monkeypatch.setattr(diffusion, "generate", fake_generate)
+    r = diffusion.digits_batch(None, per_digit=2, steps=7, guidance=3.0, repeats=3)
+    assert r["seconds"] == 2.0 and r["asked"] == list(range(10)) * 2 and len(asked_for) == 4
+    assert asked_for[0] == ([digits.prompt(d) for d in range(10)] * 2, 7, 3.0)
+    assert r["accuracy"] > 0.9 and not r["blank"] and r["unet_evals_per_image"] == 2.0
+    assert r["judge_accuracy"] is None or 0.9 < r["judge_accuracy"] <= 1.0
+
+    seconds = iter([1.0, 1.0])
+    monkeypatch.setattr(diffusion, "generate", lambda *a: {"images": np.zeros((10, 1, 16, 16)),
+                                                           "seconds": next(seconds)})
+    assert diffusion.digits_batch(None, per_digit=1, repeats=1)["blank"]  # all one value: fp16 overflow?
+
+
+@pytest.mark.slow
+def test_digits_batch_on_the_shipped_pipeline(pipe):
+    r = diffusion.digits_batch(pipe, per_digit=1, steps=2, guidance=5.0, repeats=1)
+    assert len(r["images"]) == 10 and r["seconds"] > 0 and r["expected_evals_per_image"] == 4
+    assert r["unet_evals_per_image"] == 4 and 0.0 <= r["accuracy"] <= 1.0

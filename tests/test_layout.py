@@ -1,22 +1,91 @@
 """The package's shape (issue: labkit grows up): every module names the chapter that teaches it,
-no import cycles, modules small enough to read in one sitting."""
+imports only go down the layers, no import cycles, modules small enough to read in one sitting."""
 
 import ast
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "labkit"
 MODULES = sorted(p for p in PKG.rglob("*.py"))
-# Longer than ~300 lines on purpose: one script of five independent GPU checks, each a few lines
-# of setup plus printing, kept in one file so it runs from a plain checkout as one command.
-LONG_ON_PURPOSE = {"hardware/gpucheck.py"}
+MAX_LINES = 320
+# The layers from the bottom up: a module may import its own layer and the ones below, never one
+# above. An entry names a top-level module or a whole package (``labkit.hardware`` places every
+# module under labkit/hardware/, new ones included); ``labkit`` is the package's own __init__.
+LAYERS: list[set[str]] = [
+    {"labkit.settings", "labkit.paths", "labkit.table", "labkit.stats"},
+    {"labkit.hardware"},
+    {"labkit.models"},
+    {"labkit.llm"},
+    {"labkit.media"},
+    {"labkit.serving"},
+    {"labkit.engines"},
+    {"labkit.production"},
+    {"labkit.results", "labkit.report", "labkit.chapters", "labkit.checks", "labkit.jupyter", "labkit.cli",
+     "labkit.gpucheck", "labkit"},
+]
 
 
 def _name(path: Path) -> str:
     return ".".join(path.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _is_module(name: str) -> bool:
+    path = PKG.parent / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def labkit_imports(path: Path) -> set[str]:
+    """The labkit modules ``path`` imports anywhere in it (inside functions too), relative or absolute:
+    ``from . import x`` and ``from .x import y`` name the module ``x``, ``from .x import y`` with ``y``
+    a submodule names ``x.y``."""
+    name = _name(path)
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    deps = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            deps |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg) \
+                if node.level else (node.module or "")
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                deps.add(full if _is_module(full) else base)
+    return {d for d in deps if (d == "labkit" or d.startswith("labkit.")) and d != name}
+
+
+def layer_of(module: str) -> int | None:
+    """Index in :data:`LAYERS` of the entry that places ``module`` (the longest match), or None."""
+    best = None
+    for i, layer in enumerate(LAYERS):
+        for entry in layer:
+            hit = module == entry or (entry != "labkit" and module.startswith(entry + "."))
+            if hit and (best is None or len(entry) > best[1]):
+                best = (i, len(entry))
+    return None if best is None else best[0]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """What breaks the layer order in ``graph`` (module -> labkit modules it imports): an import into
+    a higher layer, or a module (importer or imported) that no layer places."""
+    problems = []
+    for module in sorted(set(graph) | {d for deps in graph.values() for d in deps}):
+        if layer_of(module) is None:
+            problems.append(f"{module} is in no layer: place it in LAYERS (tests/test_layout.py)")
+    for module, deps in sorted(graph.items()):
+        low = layer_of(module)
+        for dep in sorted(deps):
+            high = layer_of(dep)
+            if low is not None and high is not None and high > low:
+                problems.append(f"{module} (layer {low}) imports {dep} (layer {high}), a higher layer")
+    return problems
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {_name(path): labkit_imports(path) for path in MODULES}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
@@ -27,19 +96,44 @@ def test_every_module_names_its_chapter(path):
     assert re.search(r"[Cc]hapters? \d\d|every chapter", doc), f"{_name(path)}: docstring names no chapter"
 
 
+def test_imports_only_go_down_the_layers():
+    problems = layer_violations(import_graph())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_layer_check_catches_an_upward_import_and_an_unplaced_module():
+    graph = import_graph()
+    assert "labkit.hardware.roofline" in graph["labkit.hardware.catalog"]  # the graph sees imports
+    assert "labkit.hardware.microbench" in graph["labkit.llm.decode"]
+    upward = "labkit.hardware.machine (layer 1) imports labkit.serving.loadgen (layer 5), a higher layer"
+    machine = "labkit.hardware.machine"
+    planted = {**graph, machine: graph[machine] | {"labkit.serving.loadgen"}}
+    assert upward in layer_violations(planted) and upward not in layer_violations(graph)
+    assert layer_violations({"labkit.hardware.machine": {"labkit.serving.loadgen"}}) == [upward]
+    assert layer_violations({"labkit.llm.decode": {"labkit.models", "labkit.hardware.microbench"}}) == []
+    assert layer_violations({"labkit.newthing": set()}) == [
+        "labkit.newthing is in no layer: place it in LAYERS (tests/test_layout.py)"]
+    assert layer_of("labkit.serving.arrivals") == layer_of("labkit.serving") == 5  # placed by package
+    assert layer_of("labkit") == layer_of("labkit.gpucheck") == len(LAYERS) - 1
+
+
+def test_function_level_and_absolute_imports_are_seen(tmp_path, monkeypatch):
+    fake = tmp_path / "labkit" / "hardware"
+    fake.mkdir(parents=True)
+    for name in ("__init__.py", "roofline.py"):
+        (fake / name).write_text("")
+    (tmp_path / "labkit" / "serving").mkdir()
+    (tmp_path / "labkit" / "serving" / "__init__.py").write_text("")
+    (tmp_path / "labkit" / "serving" / "loadgen.py").write_text("")
+    module = fake / "machine.py"
+    module.write_text("def f():\n    import labkit.serving.loadgen\n    from ..serving import loadgen\n"
+                      "    from . import roofline\n    from .roofline import ridge_point\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path / "labkit")
+    assert labkit_imports(module) == {"labkit.serving.loadgen", "labkit.hardware.roofline"}
+
+
 def test_no_import_cycles():
-    graph: dict[str, set[str]] = {}
-    for path in MODULES:
-        name, pkg = _name(path), _name(path if path.name == "__init__.py" else path.parent / "__init__.py")
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg) \
-                    if node.level else (node.module or "")
-                for a in node.names:
-                    full = f"{base}.{a.name}"
-                    deps.add(full if (PKG.parent / (full.replace(".", "/") + ".py")).exists() else base)
-        graph[name] = {d for d in deps if d.startswith("labkit") and d != name}
+    graph = import_graph()
     seen, stack = set(), []
 
     def visit(n):
@@ -59,5 +153,5 @@ def test_no_import_cycles():
 
 def test_modules_stay_small():
     long = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in MODULES}
-    over = {k: v for k, v in long.items() if v > 320 and k not in LONG_ON_PURPOSE}
-    assert not over, f"split these (or give a reason in LONG_ON_PURPOSE): {over}"
+    over = {k: v for k, v in long.items() if v > MAX_LINES}
+    assert not over, f"split these (at most {MAX_LINES} lines each): {over}"

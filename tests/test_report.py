@@ -174,7 +174,7 @@ def synthetic_results(folder: Path, monkeypatch, drop: tuple[str, str] | None = 
 def fixed(monkeypatch):
     """Fixed machine, git source and computed checks: no torch, diffusers or git in these tests."""
     for mod in (results, build):
-        monkeypatch.setattr(mod, "this_machine", lambda: MACHINE)
+        monkeypatch.setattr(mod, "machine_key", lambda: MACHINE)
         monkeypatch.setattr(mod, "source", lambda: SOURCE)
     for name, value in FAKE_FNS.items():
         monkeypatch.setitem(computed.COMPUTED, name, lambda v=value: dict(v))

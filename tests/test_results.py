@@ -17,7 +17,7 @@ SOURCE = {"commit": "a" * 40, "dirty": False, "diff_sha": None}
 def folder(tmp_path, monkeypatch):
     """Results go to tmp_path; machine and git source are fixed (no torch import, no git call)."""
     monkeypatch.setenv(results.ENV_VAR, str(tmp_path))
-    monkeypatch.setattr(results, "this_machine", lambda: MACHINE)
+    monkeypatch.setattr(results, "machine_key", lambda: MACHINE)
     monkeypatch.setattr(results, "source", lambda: SOURCE)
     monkeypatch.setenv("LABKIT_PROFILE", "small")
     return tmp_path

@@ -3,7 +3,9 @@
 Each entry cites where its numbers come from. Compute figures are *dense* peak TFLOPS
 (NVIDIA datasheets often print the 2:4-sparse figure, twice as large; we halve it).
 Bandwidth is bytes/s, memory is bytes (decimal: 1 GB = 1e9 bytes, as datasheets use).
-:func:`this_machine` builds an entry for the machine you run on from *measured* figures.
+:func:`this_machine` builds an entry for the machine you run on from *measured* figures;
+:func:`match_accelerator` finds the entry of a GPU from the name torch gives it, and
+:func:`datasheet_tflops` its figure for a torch dtype name (``labkit gpu-check`` compares with them).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass, field
 
 GB = 1e9
 TB = 1e12
+# Catalog dtype keys of torch dtype names.
+CATALOG_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -99,3 +103,40 @@ def this_machine(name: str, memory_bytes: float, bandwidth_bytes_per_s: float,
     """An entry for the machine you run on, from figures measured by :mod:`labkit.hardware.microbench`."""
     return Accelerator(f"{name} (measured here)", memory_bytes, bandwidth_bytes_per_s, dict(tflops),
                        "measured by labkit.hardware.microbench on this machine", "measured, not a datasheet")
+
+
+# How torch.cuda.get_device_name() spellings map to catalog entries: (tokens all present, tokens
+# none present). Entries not listed here match when every word of their name is in the GPU's name.
+MATCH_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "H100 SXM": (("H100",), ("PCIE", "NVL")),  # "NVIDIA H100 80GB HBM3"
+    "H200": (("H200",), ("NVL",)),  # "NVIDIA H200"; the NVL card has lower clocks
+    "A100 80GB": (("A100", "80GB"), ()),  # "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"
+    "RTX 3060 12GB": (("RTX", "3060"), ("TI", "LAPTOP")),
+    "RTX 4090": (("RTX", "4090"), ("D", "LAPTOP")),
+}
+
+
+def _tokens(name: str) -> set[str]:
+    return set(name.upper().replace("-", " ").replace("_", " ").split())
+
+
+def match_accelerator(gpu_name: str, catalog: dict[str, Accelerator] | None = None) -> Accelerator | None:
+    """The catalog entry describing the GPU torch calls ``gpu_name`` (e.g. ``"NVIDIA H100 80GB HBM3"``
+    -> ``H100 SXM``), or None. A PCIe or NVL variant does not match an SXM entry: their clocks and
+    bandwidth differ, so a measured/datasheet fraction against them would mislead."""
+    catalog = ACCELERATORS if catalog is None else catalog
+    words = _tokens(gpu_name)
+    for name, acc in catalog.items():
+        need, never = MATCH_RULES.get(name, (tuple(_tokens(name)), ()))
+        if need and all(w in words for w in need) and not any(w in words for w in never):
+            return acc
+    return None
+
+
+def datasheet_tflops(acc: Accelerator | None, dtype: str, tf32: bool = False) -> float | None:
+    """Datasheet dense TFLOPS of ``acc`` for a torch dtype name (float32 counts as tf32 when torch
+    lets matmuls use TF32 tensor cores), or None when unknown."""
+    if acc is None:
+        return None
+    key = "tf32" if dtype == "float32" and tf32 else CATALOG_DTYPE.get(dtype, dtype)
+    return acc.tflops.get(key)

@@ -3,6 +3,8 @@
 :func:`detect` returns a plain dict describing the accelerator torch would use (CUDA, Apple
 MPS or the CPU) plus the CPU and RAM, and :func:`resolve_device` turns a preference such
 as ``"auto"`` into a device torch accepts, with a clear error when it is unavailable.
+:func:`nvidia_smi_snapshot` reads each NVIDIA GPU's memory (bytes), utilisation (%) and power (W)
+through NVML, for chapter 00 and chapter 08's monitor.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 DEVICES = ("auto", "cpu", "cuda", "mps")
 ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile",
              "amx_bf16", "amx_int8", "neon", "asimd", "sve")
+_NVML: list[Any] = []  # [the initialised pynvml module, or None: no library/driver]; empty until tried
 
 
 def resolve_device(pref: str = "auto") -> str:
@@ -136,27 +139,48 @@ def detect() -> dict[str, Any]:
     }
 
 
-def nvidia_smi_snapshot() -> list[dict[str, Any]]:
-    """Utilisation and memory of each NVIDIA GPU via NVML (nvidia-ml-py); empty list when
-    there is no NVIDIA driver. Memory in bytes, utilisation in percent."""
-    try:
-        import pynvml
+def _nvml() -> Any:
+    """The initialised ``pynvml`` module, or ``None`` (no library, driver or GPU); tried once."""
+    if not _NVML:
+        try:
+            import pynvml
 
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver / no library: nothing to report
-        return []
-    out = []
+            pynvml.nvmlInit()
+            _NVML.append(pynvml)
+        except Exception:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded
+            _NVML.append(None)
+    return _NVML[0]
+
+
+def _nvml_read(nv: Any, fn: str, *args: Any) -> Any:
     try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            util = pynvml.nvmlDeviceGetUtilizationRates(h)
-            out.append({"index": i, "name": pynvml.nvmlDeviceGetName(h),
-                        "memory_used_bytes": mem.used, "memory_total_bytes": mem.total,
-                        "gpu_util_pct": util.gpu, "mem_util_pct": util.memory,
-                        "driver": pynvml.nvmlSystemGetDriverVersion()})
-    finally:
-        pynvml.nvmlShutdown()
+        value = getattr(nv, fn)(*args)
+    except Exception:  # noqa: BLE001 - what NVML cannot read here (not supported, no such call) is left out
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def nvidia_smi_snapshot() -> list[dict[str, Any]]:
+    """Each NVIDIA GPU now, read through NVML (nvidia-ml-py; what ``nvidia-smi`` reads): ``index``,
+    ``name``, ``driver``, ``memory_used_bytes``, ``memory_total_bytes`` (bytes), ``gpu_util_pct``,
+    ``mem_util_pct`` (%), ``power_w`` (W). A field NVML cannot read on this GPU is left out; no
+    library, driver or GPU gives ``[]``. NVML is initialised on the first call and kept open, so
+    sampling it often (chapter 08's monitor) costs only the reads."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    driver, out = _nvml_read(nv, "nvmlSystemGetDriverVersion"), []
+    for i in range(_nvml_read(nv, "nvmlDeviceGetCount") or 0):
+        h = _nvml_read(nv, "nvmlDeviceGetHandleByIndex", i)
+        name = _nvml_read(nv, "nvmlDeviceGetName", h)
+        mem = _nvml_read(nv, "nvmlDeviceGetMemoryInfo", h)
+        util = _nvml_read(nv, "nvmlDeviceGetUtilizationRates", h)
+        mw = _nvml_read(nv, "nvmlDeviceGetPowerUsage", h)  # milliwatts
+        gpu = {"index": i, "name": name, "driver": driver,
+               "memory_used_bytes": mem and mem.used, "memory_total_bytes": mem and mem.total,
+               "gpu_util_pct": util and util.gpu, "mem_util_pct": util and util.memory,
+               "power_w": None if mw is None else mw / 1000.0}
+        out.append({k: v for k, v in gpu.items() if v is not None})
     return out
 
 

@@ -55,6 +55,22 @@ def time_fn(fn: Callable[[], object], device: str = "cpu", warmup: int = 1, repe
     return interleaved_times({"fn": fn}, device, repeats=repeats, warmup=warmup)["fn"]
 
 
+def launch_vs_work(fn: Callable[[], object], device: str = "cpu", repeats: int = 5) -> dict[str, float]:
+    """The pitfall, measured on purpose (``labkit gpu-check``'s timing section): after one untimed run,
+    ``launch`` is ``fn``'s seconds with the clock read as soon as it returns (on a GPU: the kernel
+    launches only), ``drained`` the same clock read again after a synchronize, and ``synced`` the
+    median of ``repeats`` :func:`time_fn` runs (the work)."""
+    fn()
+    machine.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    launch = time.perf_counter() - t0  # no synchronize before this read: the mistake being shown
+    machine.synchronize(device)
+    drained = time.perf_counter() - t0
+    synced = float(np.median(time_fn(fn, device, warmup=1, repeats=repeats)))
+    return {"launch": launch, "drained": drained, "synced": synced}
+
+
 def memory_bandwidth(device: str = "cpu", nbytes: int = 256 * 2**20, repeats: int = 5) -> dict:
     """Copy a ``nbytes`` buffer into another (``dst.copy_(src)``) and report bandwidth.
 

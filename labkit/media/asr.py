@@ -4,11 +4,13 @@ Whisper is an encoder-decoder transformer: the encoder reads a log-mel spectrogr
 30 s window, the decoder writes text tokens one at a time with a KV cache, like an LLM. The
 timing pitfall: ``WhisperModel.transcribe`` returns a *lazy generator*; the decoding happens
 while you iterate over the segments. :func:`transcribe` times the full consumption, reports
-wall-clock and CPU time, and keeps model load time out of it.
+wall-clock and CPU time, and keeps model load time out of it. Wall-clock figures go through
+:func:`labkit.hardware.microbench.timed`, the lab's one timer (CTranslate2 calls return when their
+work is done, so it synchronizes the CPU only: no GPU clock to wait for).
 
 Units: seconds throughout. ``rtf`` is the real-time factor, processing time / audio duration
 (below 1 = faster than real time); ``x_realtime`` is its inverse, the "N x real-time" figure the
-tutorial prints as "RTF". No torch needed here.
+tutorial prints as "RTF". :func:`encoder_windows` counts the 30 s windows a clip costs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware.microbench import timed
 from ..paths import DATA
 
 SAMPLE_RATE = 16_000  # Hz; Whisper resamples every input to this
@@ -70,15 +73,16 @@ def load_whisper(
     dev, default_ct, note = whisper_device(device)
     compute_type = compute_type or default_ct
     path = whisper_dir(name)
-    t0 = time.perf_counter()
-    model = WhisperModel(
-        path,
-        device=dev,
-        compute_type=compute_type,
-        cpu_threads=cpu_threads,
-        local_files_only=os.path.isdir(path),
+    model, load_s = timed(
+        lambda: WhisperModel(
+            path,
+            device=dev,
+            compute_type=compute_type,
+            cpu_threads=cpu_threads,
+            local_files_only=os.path.isdir(path),
+        )
     )
-    info = dict(name=name, device=dev, compute_type=compute_type, load_s=time.perf_counter() - t0, note=note)
+    info = dict(name=name, device=dev, compute_type=compute_type, load_s=load_s, note=note)
     return model, info
 
 
@@ -104,7 +108,7 @@ def rtf(processing_s: float, audio_s: float) -> float:
     return processing_s / audio_s
 
 
-def windows(audio_s: float) -> int:
+def encoder_windows(audio_s: float) -> int:
     """30 s encoder windows Whisper pays for to transcribe ``audio_s`` seconds sequentially (at least 1)."""
     return max(1, int(np.ceil(audio_s / WINDOW_S - 1e-9)))
 
@@ -117,18 +121,18 @@ def transcribe(model, audio: np.ndarray, beam_size: int = 1, **options) -> dict[
     CPU time of this process, all threads), ``rtf`` (wall_s / audio_s), ``x_realtime`` and
     ``segments``. ``options`` override :data:`CLEAN` (e.g. ``language=None`` to detect it).
     """
-    r = _timed(lambda: model.transcribe(audio, beam_size=beam_size, **{**CLEAN, **options}), audio)
+    r = _consume_timed(lambda: model.transcribe(audio, beam_size=beam_size, **{**CLEAN, **options}), audio)
     r["rtf"] = rtf(r["wall_s"], r["audio_s"])
     return r
 
 
-def _timed(call, audio: np.ndarray) -> dict[str, Any]:
-    """Run a faster-whisper ``transcribe`` call and consume its lazy segment generator, timing both."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    segments, info = call()
-    call_s = time.perf_counter() - t0
-    segments = list(segments)  # the decoding happens here
-    wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+def _consume_timed(call, audio: np.ndarray) -> dict[str, Any]:
+    """Run a faster-whisper ``transcribe`` call and consume its lazy segment generator, timing both
+    (wall clock through :func:`timed`; ``cpu_s`` is this process's CPU time, all threads)."""
+    c0 = time.process_time()
+    (lazy, info), call_s = timed(call)
+    segments, consume_s = timed(lambda: list(lazy))  # the decoding happens here
+    wall_s, cpu_s = call_s + consume_s, time.process_time() - c0
     audio_s = len(audio) / SAMPLE_RATE
     text = " ".join(s.text.strip() for s in segments).strip()
     return dict(
@@ -180,7 +184,7 @@ def batch_transcribe(
     opts.pop("condition_on_previous_text", None)
     clips = [{"start": a, "end": b} for a, b in chunks(audio, chunk_s)]
     pipe = BatchedInferencePipeline(model)
-    r = _timed(
+    r = _consume_timed(
         lambda: pipe.transcribe(
             audio, beam_size=beam_size, batch_size=batch_size, clip_timestamps=clips, vad_filter=False, **opts
         ),

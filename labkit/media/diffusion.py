@@ -10,12 +10,16 @@ without, batched together), so the count of UNet evaluations is the cost model:
 the CPU: the tutorial's SDXL base / sdxl-turbo in the full profile, or the tiny digits-trained SDXL
 pipeline shipped in ``data/digits-sdxl`` in the small one. :func:`cfg_cutoff` switches guidance
 off for the last steps through diffusers' ``callback_on_step_end``; :func:`counting_unet` counts
-what the UNet really evaluated; :func:`generate` times a call with device synchronisation.
+what the UNet really evaluated; :func:`generate` times a call with device synchronisation (through
+:func:`labkit.hardware.microbench.timed`, like every timed figure here); :func:`digits_batch` times
+chapter 07's digit grid as one batch and scores it (``labkit gpu-check`` runs it in fp16 on CUDA).
+Times are seconds.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ..hardware.microbench import timed
+from . import digits
 from .digits import DIGITS_DIR
 
 LOCAL = {"digits-sdxl": DIGITS_DIR}
@@ -124,7 +132,7 @@ def load_pipeline(
     import torch
     from diffusers import StableDiffusionXLPipeline
 
-    from ..hardware.machine import resolve_device, synchronize
+    from ..hardware.machine import resolve_device
     from ..settings import profile
 
     p = profile()
@@ -139,8 +147,7 @@ def load_pipeline(
     elif half:
         kwargs["variant"] = "fp16"
     notes = []
-    t0 = time.perf_counter()
-    pipe = StableDiffusionXLPipeline.from_pretrained(source, **kwargs).to(dev)
+    pipe, load_s = timed(lambda: StableDiffusionXLPipeline.from_pretrained(source, **kwargs).to(dev), dev)
     if dev.startswith("cuda") and importlib.util.find_spec("xformers") is not None:
         pipe.enable_xformers_memory_efficient_attention()
         notes.append("xformers memory-efficient attention")
@@ -155,13 +162,12 @@ def load_pipeline(
     if half and getattr(pipe.vae.config, "force_upcast", False):
         notes.append("VAE upcast to fp32 for decoding (fp16 overflows in the SDXL VAE)")
     pipe.set_progress_bar_config(disable=True)
-    synchronize(dev)
     info = dict(
         name=name,
         source=source,
         device=dev,
         dtype=str(dtype).removeprefix("torch."),
-        load_s=time.perf_counter() - t0,
+        load_s=load_s,
         notes=notes,
     )
     return pipe, info
@@ -186,8 +192,6 @@ def generate(
     """
     import torch
 
-    from ..hardware.machine import synchronize
-
     device = str(pipe.device)
     if guidance_scale > 1 and cfg_step_count(steps, cfg_fraction) == 0:
         guidance_scale = 1.0  # guidance off from the first step: no unconditional pass at all
@@ -197,14 +201,16 @@ def generate(
             callback_on_step_end_tensor_inputs=CFG_TENSORS,
         )
     generator = torch.Generator("cpu").manual_seed(seed)
-    synchronize(device)
     with counting_unet(pipe) as counts, torch.inference_mode():
-        t0, c0 = time.perf_counter(), time.process_time()
-        images = pipe(
-            prompts, num_inference_steps=steps, guidance_scale=guidance_scale, generator=generator, **kwargs
-        ).images
-        synchronize(device)
-        seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        c0 = time.process_time()  # CPU time of this process: no device clock to synchronize
+        images, seconds = timed(
+            lambda: pipe(
+                prompts, num_inference_steps=steps, guidance_scale=guidance_scale, generator=generator,
+                **kwargs,
+            ).images,
+            device,
+        )
+        cpu_s = time.process_time() - c0
     return dict(
         images=images,
         seconds=seconds,
@@ -215,6 +221,33 @@ def generate(
     )
 
 
+def digits_batch(pipe, per_digit: int = 5, steps: int = 25, guidance: float = 5.0,
+                 repeats: int = 3) -> dict[str, Any]:
+    """Chapter 07's digit grid as one batch (``per_digit`` images of each digit 0-9) through the
+    digits pipeline ``pipe``: :func:`generate` once untimed, then ``repeats`` times. Returns the last
+    run's fields with ``seconds`` the median of the timed runs, and ``asked`` (the digit of each
+    image), ``pixel_std`` and ``blank`` (images blank or not finite: an fp16 overflow), ``accuracy``
+    (fraction the shipped classifier reads as asked; None, with ``accuracy_note``, when it cannot
+    load) and ``judge_accuracy`` (the classifier's held-out accuracy on real digits, or None)."""
+    asked = [d for _ in range(per_digit) for d in range(10)]
+    prompts = [digits.prompt(d) for d in asked]
+    runs = [generate(pipe, prompts, steps, guidance) for _ in range(1 + repeats)]
+    r = dict(runs[-1], seconds=float(np.median([x["seconds"] for x in runs[1:]])), asked=asked)
+    pixels = digits.to_array(r["images"])
+    r["pixel_std"] = float(pixels.std())
+    r["blank"] = bool(not np.isfinite(pixels).all() or r["pixel_std"] < 1e-3)
+    try:
+        r["accuracy"] = digits.accuracy(r["images"], asked, digits.load_classifier())
+    except ImportError as e:
+        r["accuracy"], r["accuracy_note"] = None, str(e)
+    try:
+        log = json.loads((DIGITS_DIR / "train_log.json").read_text())
+        r["judge_accuracy"] = float(log["classifier"]["held_out_accuracy"])
+    except (OSError, KeyError, ValueError):
+        r["judge_accuracy"] = None
+    return r
+
+
 def image_grid(
     rows: list[list[Any]],
     row_labels: list[str] | None = None,
@@ -223,7 +256,6 @@ def image_grid(
 ):
     """A matplotlib figure showing PIL images in a grid (one list per row)."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
     n_rows, n_cols = len(rows), max(len(r) for r in rows)
     fig, axes = plt.subplots(

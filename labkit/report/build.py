@@ -24,7 +24,7 @@ from typing import Any
 
 from ..chapters import CHAPTERS, available, names, resolve, run_chapter
 from ..paths import REPO
-from ..results import load, results_dir, source, this_machine
+from ..results import load, machine_key, results_dir, source
 from ..settings import profile
 from .ledger import load_ledger
 from .page import index_page
@@ -43,7 +43,7 @@ def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = Fals
         return "no results recorded yet"
     if not {"started", "updated"} <= data.keys():
         return "its results file has no run times (not written by labkit.results)"
-    src, (machine, _) = source(), this_machine()
+    src, (machine, _) = source(), machine_key()
     if data.get("machine") != machine:
         return "recorded on another machine"
     if not just_ran and (data.get("commit"), data.get("diff_sha")) != (src["commit"], src["diff_sha"]):
@@ -83,12 +83,14 @@ def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: 
             info.update(ok=False, error=f"no usable results: {why}", date="", data=None, executed=None)
             return info
     elif why is None:
+        assert data is not None  # staleness() says None only of usable results
         print(f"== {number} {short}: reusing its run of {data['started']} (same code, machine and profile)")
         info["state"] = "reused a run of the same code on this machine"
     else:
         print(f"== {number} {short}: not run ({why})")
         info.update(state=f"not run ({why})", ok=False, error="", date="", data=None, executed=None)
         return info
+    assert data is not None
     status = notebook_status(nbformat.read(executed, as_version=4))
     info.update(ok=status["ok"], error=status["error"], date=data["started"], data=data, executed=executed)
     return info
@@ -99,7 +101,7 @@ def build(out: Path, chapters: list[str] | None = None, rerun: bool = False, tim
     """Make the report in ``out``; returns the report dict (what ``results.json`` holds)."""
     claims = load_ledger()
     wanted = {resolve(c) for c in chapters} if chapters else set(available())
-    machine, device = this_machine()
+    machine, device = machine_key()
     info: dict[str, dict[str, Any]] = {}
     for short in CHAPTERS:
         if short in available():

@@ -104,9 +104,11 @@ def holds(expect: Expect, value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return False
     if expect.op == "range":
+        assert expect.lo is not None and expect.hi is not None, f"range without bounds: {expect.text}"
         return expect.lo <= value <= expect.hi
-    return {"<": value < expect.value, "<=": value <= expect.value,
-            ">": value > expect.value, ">=": value >= expect.value}[expect.op]
+    bound = expect.value
+    assert isinstance(bound, int | float), f"numeric comparison with a non-number: {expect.text}"
+    return {"<": value < bound, "<=": value <= bound, ">": value > bound, ">=": value >= bound}[expect.op]
 
 
 def split_key(ref: str, chapter: str) -> tuple[str, str]:

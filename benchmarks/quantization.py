@@ -19,58 +19,21 @@ from __future__ import annotations
 
 import argparse
 import copy
-import logging
 import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from labkit.hardware.capability import compute_dtype
-from labkit.hardware.microbench import interleaved_times, time_fn
+from labkit.hardware.microbench import interleaved_times
 from labkit.llm import gptq as G
 from labkit.llm import perplexity as P
+from labkit.llm import quant_bench as QB
 from labkit.llm import quantize as Q
 from labkit.models import load_llm
 from labkit.settings import set_threads
 
 PROMPT = "Write a short paragraph about why libraries still matter."
-
-
-def torchao_int8(model):
-    """A copy of ``model`` with torchao's INT8 weight-only format on the same layers as labkit's,
-    and the bytes of its quantized weights (the tensors inside torchao's tensor subclass)."""
-    logging.getLogger("torchao").setLevel(logging.ERROR)
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
-
-    names = {n for n, _ in Q.quantizable_linears(model)}
-    m = copy.deepcopy(model)
-    quantize_(m, Int8WeightOnlyConfig(), filter_fn=lambda mod, fqn: fqn in names)
-    nbytes = 0
-    for n in names:
-        w = m.get_submodule(n).weight
-        nbytes += sum(getattr(w, k).numel() * getattr(w, k).element_size() for k in w.__tensor_flatten__()[0])
-    return m, nbytes
-
-
-def kernels(lin: torch.nn.Linear, group: int, repeats: int) -> dict[str, float]:
-    """Median microseconds of one batch-1 call of each way to multiply by ``lin``'s weight."""
-    x = torch.randn(1, lin.in_features)
-    q8, q4 = Q.QuantLinear.from_linear(lin, 8), Q.QuantLinear.from_linear(lin, 4, group)
-    fns = {"float matmul": lambda: F.linear(x, lin.weight), "labkit INT8 dequantize+matmul": lambda: q8(x),
-           "labkit INT4 unpack+dequantize+matmul": lambda: q4(x)}
-    if hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
-        s8 = q8.scales.float().flatten()
-        fns["torch fused INT8 kernel"] = lambda: torch.ops.aten._weight_int8pack_mm(x, q8.qweight, s8)
-        g = group if lin.in_features % group == 0 else 64
-        sc = Q.group_scales(lin.weight, 4, g)
-        codes = Q.round_to_grid(lin.weight, Q.expand_scales(sc, lin.in_features, g), 4).to(torch.int32) + 8
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
-        zeros = torch.zeros(lin.in_features // g, lin.out_features)
-        sz = torch.stack([sc.float().t(), zeros], -1).contiguous()  # scale and zero point per group
-        fns["torch fused INT4 kernel"] = lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, g, sz)
-    with torch.inference_mode():
-        return {k: float(np.median(time_fn(f, warmup=2, repeats=repeats))) * 1e6 for k, f in fns.items()}
 
 
 def main() -> None:
@@ -84,11 +47,11 @@ def main() -> None:
     window, n_windows, calib_windows, new_tokens, repeats = (
         (128, 2, 4, 8, 2) if args.quick else (256, 6, 12, 24, 3))
     model, tok = load_llm(dtype="float32", device="cpu")
-    ev = P.windows(tok, P.load_text("heldout"), window, n_windows)
+    ev = P.token_windows(tok, P.load_text("heldout"), window, n_windows)
     calib = G.calibration_windows(tok, P.load_text("calibration"), calib_windows, 128)
 
     formats: dict[str, tuple] = {}  # name -> (model, linear bytes)
-    fp_bytes = sum(m.weight.numel() * 4 for _, m in Q.quantizable_linears(model))
+    fp_bytes = QB.linear_bytes(model)
     formats["FP32"] = (model, fp_bytes)
     if compute_dtype("cpu") == "bfloat16":
         formats["BF16"] = (copy.deepcopy(model).to(torch.bfloat16), fp_bytes // 2)
@@ -102,7 +65,7 @@ def main() -> None:
     packed = G.gptq_quantize_model(m, calib, 4, group, damp=0.1, act_order=True, cache=not args.no_cache)
     gptq_s = time.perf_counter() - t0
     formats["INT4 GPTQ"] = (m, Q.quantize_model(m, 4, group, quantized=packed)["q_bytes"])
-    formats["torchao INT8"] = torchao_int8(model)
+    formats["torchao INT8"] = QB.torchao_int8(model)  # the same function chapter 06 calls
     print(f"GPTQ on {calib.shape[0]}x{calib.shape[1]} calibration tokens: {gptq_s:.1f} s; scoring "
           f"{ev.shape[0]}x{ev.shape[1]} held-out tokens")
 
@@ -130,10 +93,10 @@ def main() -> None:
     print(f"(tok/s: {new_tokens} greedy tokens after a {enc.input_ids.shape[1]}-token prompt, "
           f"median of {repeats}, interleaved)")
 
-    us = kernels(model.model.layers[0].mlp.down_proj, group, repeats=10 if args.quick else 30)
+    us = QB.kernel_times(model.model.layers[0].mlp.down_proj, group, "cpu", repeats=10 if args.quick else 30)
     print("\none MLP down_proj at batch 1:")
     for k, v in us.items():
-        print(f"  {k:38s} {v:8.0f} us  {v / us['float matmul']:5.1f}x the float matmul")
+        print(f"  {k:44s} {v:8.0f} us  {v / us['float matmul']:5.1f}x the float matmul")
     print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
 
 

@@ -97,13 +97,13 @@ def bench_vllm(n_requests: int = 3, max_tokens: int = 64, iomp: bool = False) ->
 
     import httpx
 
-    from labkit.serving.vllm import scrape_metrics, start_vllm, stop, vllm_available
+    from labkit.engines.vllm import scrape_metrics, start_vllm, stop, vllm_available
 
     if not vllm_available():
         print("\nvLLM: not installed (make serve-setup); skipped")
         return
     if iomp:  # vLLM's CPU worker warns that speculation is slow without Intel OpenMP preloaded
-        from labkit.serving.vllm import VLLM_VENV
+        from labkit.engines.vllm import VLLM_VENV
 
         lib = VLLM_VENV / "lib" / "libiomp5.so"
         if lib.exists():

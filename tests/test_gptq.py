@@ -17,15 +17,6 @@ def correlated_layer(seed: int = 0, n_out: int = 96, n_in: int = 256, tokens: in
     return w, x
 
 
-def tiny_llama(seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).eval()
-
-
 def direct_error(w, wq, x):
     return float(torch.linalg.norm(x @ w.t() - x @ wq.t()))
 
@@ -79,7 +70,7 @@ def test_dead_inputs_are_zeroed():
     assert torch.all(deq[:, :8] == 0)
 
 
-def test_gptq_model_sequential_and_cached(tmp_path, monkeypatch):
+def test_gptq_model_sequential_and_cached(tmp_path, monkeypatch, tiny_llama):
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
     model = tiny_llama()
     ref = tiny_llama()

@@ -1,13 +1,14 @@
 """Prefix caching: KV reuse, cached-token counts, reload vs recompute, vLLM's counters
-(labkit.llm.prefix_cache and labkit.serving.prefix, chapter 06)."""
+(labkit.llm.prefix_cache and labkit.engines.vllm_prefix, chapter 06)."""
 
 import pytest
 import torch
 
+from labkit.engines.prometheus import samples
+from labkit.engines.vllm_prefix import hit_rate, prefix_metric_names, prompts
 from labkit.llm import prefix_cache as pc
 from labkit.llm.architecture import load_config, param_count
 from labkit.llm.kvcache import cache_tensor_bytes, kv_cache_bytes_for_config
-from labkit.serving.prefix import hit_rate, prefix_metric_names, prompts, samples
 
 # Lines of vLLM 0.32's /metrics (CPU build, read from a running server), trimmed.
 VLLM_032 = """\
@@ -82,13 +83,8 @@ def test_stable_part_first_is_cached():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=100)
-    return LlamaForCausalLM(cfg).eval()
+def tiny(tiny_llama):
+    return tiny_llama(num_hidden_layers=3, vocab_size=100, tie_word_embeddings=False)
 
 
 def test_reuse_gives_the_logits_of_a_full_prefill(tiny):
@@ -134,3 +130,19 @@ def test_reload_vs_recompute_arithmetic():
     at = pc.tier_table(2048, per_token, params, 989.4, {"edge": breakeven})[0]
     assert at["reload_s"] == pytest.approx(at["recompute_s"])
     assert rows[0]["kv_mb"] == pytest.approx(2048 * per_token / 1e6)
+
+
+def test_prefill_tflops_and_printable_tier_rows():
+    # 4e9 params, 1,000 tokens in 8 s: 2 x 4e9 x 1e3 / 8 = 1e12 FLOP/s = 1 TFLOPS
+    assert pc.prefill_tflops(4e9, 1000, 8.0) == pytest.approx(1.0)
+    tiers = {"fast": 1e12, "slow": 1e8}
+    raw = pc.tier_table(4096, 1e5, 1e9, 10.0, tiers)
+    rows = pc.tier_rows("tiny here", 4096, 1e5, 1e9, 10.0, tiers)
+    assert [r["tier"] for r in rows] == ["fast", "slow"]
+    assert all(r["model / machine"] == "tiny here" for r in rows)
+    # reload 4096 x 1e5 bytes: 0.41 ms at 1e12 B/s, 4,096 ms at 1e8 B/s
+    assert rows[0]["reload 4096 tok ms"] == f"{raw[0]['reload_s'] * 1e3:.2f}" == "0.41"
+    assert rows[1]["reload 4096 tok ms"] == "4096.00"
+    assert rows[0]["recompute ms"] == rows[1]["recompute ms"] == "819.20"  # 2 x 1e9 x 4096 FLOPs / 10 TFLOPS
+    assert [r["keep it"] for r in rows] == ["reload", "recompute"]
+    assert [r["GB/s"] for r in rows] == ["1,000.0", "0.1"]

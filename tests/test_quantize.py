@@ -11,16 +11,6 @@ from labkit.llm import perplexity as P
 from labkit.llm import quantize as Q
 
 
-def tiny_llama(tie: bool = True, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=tie)
-    return LlamaForCausalLM(cfg).eval()
-
-
 def test_pack_unpack_roundtrip_every_code():
     q = torch.arange(-8, 8, dtype=torch.int8).repeat(3, 4)[:, torch.randperm(64)]
     packed = Q.pack_int4(q)
@@ -78,8 +68,8 @@ def test_quantlinear_matches_dequantized_matmul_and_the_float_layer():
         assert ql.nbytes() == 96 * per_row + 96 * (1 if bits == 8 else 2) * 2 + 96 * 4
 
 
-def test_quantize_model_skips_the_tied_head_and_counts_bytes():
-    model = tiny_llama(tie=True)
+def test_quantize_model_skips_the_tied_head_and_counts_bytes(tiny_llama):
+    model = tiny_llama(tie_word_embeddings=True)
     ids = torch.randint(0, 256, (1, 24))
     with torch.no_grad():
         ref = model(ids).logits
@@ -99,7 +89,7 @@ def test_quantize_model_skips_the_tied_head_and_counts_bytes():
     assert torch.corrcoef(torch.stack([out.flatten(), ref.flatten()]))[0, 1] > 0.9
 
 
-def test_quantize_model_accepts_precomputed_weights():
+def test_quantize_model_accepts_precomputed_weights(tiny_llama):
     model = tiny_llama()
     name, lin = Q.quantizable_linears(model)[0]
     qw, sc = Q.quantize_weight(lin.weight.detach(), 4, 16)
@@ -107,7 +97,7 @@ def test_quantize_model_accepts_precomputed_weights():
     assert torch.equal(model.get_submodule(name).qweight, qw)
 
 
-def test_kv_quantization_error_and_bytes():
+def test_kv_quantization_error_and_bytes(tiny_llama):
     torch.manual_seed(4)
     k = torch.randn(2, 3, 50, 64) * torch.rand(2, 3, 50, 1) * 10
     q, s = Q.quantize_kv(k)
@@ -125,7 +115,7 @@ def test_kv_quantization_error_and_bytes():
         assert not torch.equal(b, layer.keys) and torch.allclose(b, layer.keys, atol=b.abs().max() / 100)
 
 
-def test_activation_and_attention_fake_quant_change_little_and_clean_up():
+def test_activation_and_attention_fake_quant_change_little_and_clean_up(tiny_llama):
     model = tiny_llama()
     ids = torch.randint(0, 256, (1, 40))
     with torch.no_grad():
@@ -158,7 +148,7 @@ def test_perplexity_and_divergence_against_direct_values():
     assert P.divergence(logits, uniform)["kl"] > 0
 
 
-def test_windows_and_greedy_agreement_of_a_model_with_itself():
+def test_windows_and_greedy_agreement_of_a_model_with_itself(tiny_llama):
     class Tok:
         chat_template = None
         pad_token_id, eos_token_id = 0, 0
@@ -167,12 +157,12 @@ def test_windows_and_greedy_agreement_of_a_model_with_itself():
             return type("E", (), {"input_ids": torch.tensor([[ord(c) % 256 for c in text]])})()
 
     tok = Tok()
-    w = P.windows(tok, "x" * 100, window=30)
+    w = P.token_windows(tok, "x" * 100, window=30)
     assert w.shape == (3, 30)
     model = tiny_llama()
     seqs = P.greedy_continuations(model, tok, ["hello", "abc"], max_new_tokens=6)
     assert [len(s) for s in seqs] == [11, 9]
     assert P.greedy_agreement(model, seqs, 6) == {"top1": 1.0, "prefix": 1.0}
-    other = tiny_llama(tie=False, seed=9)
+    other = tiny_llama(seed=9, tie_word_embeddings=False)
     assert P.greedy_agreement(other, seqs, 6)["top1"] < 1
     assert "post office" in P.load_text("heldout") and P.load_text("calibration") != P.load_text("heldout")

@@ -191,3 +191,19 @@ def test_roofline_verify_is_free_only_below_the_ridge():
     assert big == pytest.approx(k + 1, rel=1e-6)  # both passes compute-bound: k+1 times the work
     mid = roofline_verify_ratio(params, 2 * params, 2 * small, k, peak, bw)
     assert 1.0 < mid < k + 1
+
+
+def test_roofline_speedup_is_the_model_with_the_roofline_verify_cost():
+    from labkit.hardware.catalog import ACCELERATORS
+    from labkit.llm.speculative import roofline_speedup
+
+    h100 = ACCELERATORS["H100 SXM"]
+    peak, bw, params, k, alpha = h100.tflops["bf16"] * 1e12, h100.bandwidth_bytes_per_s, 135e6, 4, 0.8
+    # batch 1 is memory-bound: verification is free, the paper's speedup with a free drafter
+    assert roofline_speedup(alpha, k, 1, params, 2 * params, peak, bw) == pytest.approx(
+        expected_speedup(alpha, k, 0.0))
+    # far past the ridge both passes are compute-bound: the verify pass costs k + 1 plain ones
+    big = roofline_speedup(alpha, k, 8192, params, 2 * params, peak, bw)
+    assert big == pytest.approx(expected_tokens_per_pass(alpha, k) / (k + 1)) and big < 1
+    drafting = roofline_speedup(alpha, k, 1, params, 2 * params, peak, bw, c=0.1)
+    assert drafting == pytest.approx(expected_speedup(alpha, k, 0.1))

@@ -129,7 +129,7 @@ def param_count(config: dict[str, Any]) -> dict[str, int]:
     modules (DeepSeek-V3's ``num_nextn_predict_layers``) are not counted, as in the 671 B figure.
     """
     c = text_config(config)
-    h, vocab, n_layers = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+    h, n_layers = c["hidden_size"], c["num_hidden_layers"]
     mlp = lambda width: 3 * h * width  # SwiGLU: gate, up, down
     n_routed, top_k, shared, expert_width, moe_layers = _moe_layout(c)
     per_layer_fixed = _attention_params(c) + 2 * h  # attention + two RMSNorms
@@ -145,8 +145,18 @@ def param_count(config: dict[str, Any]) -> dict[str, int]:
         else:
             total += mlp(c["intermediate_size"])
             active += mlp(c["intermediate_size"])
-    embeddings = vocab * h * (1 if c.get("tie_word_embeddings", False) else 2) + h  # + final norm
+    embeddings = embedding_params(c)["total"]
     return {"total": total + embeddings, "active": active + embeddings}
+
+
+def embedding_params(config: dict[str, Any]) -> dict[str, int]:
+    """Parameters outside the decoder layers: ``matrix`` (one vocab x hidden matrix), ``matrices``
+    (the input embedding and the LM head; one matrix when ``tie_word_embeddings``) and ``total``
+    (``matrices`` plus the final norm's ``hidden_size`` weights)."""
+    c = text_config(config)
+    one = c["vocab_size"] * c["hidden_size"]
+    matrices = one * (1 if c.get("tie_word_embeddings", False) else 2)
+    return {"matrix": one, "matrices": matrices, "total": matrices + c["hidden_size"]}
 
 
 def summary(config: dict[str, Any]) -> dict[str, Any]:

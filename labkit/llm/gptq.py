@@ -181,11 +181,11 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
     path = _cache_file(model, calib_ids, settings)
     if cache and path.exists():
         saved = load_file(str(path))
-        out = {n: (saved[f"{n}.qweight"], saved[f"{n}.scales"]) for n in names.values()}
-        for n, (qw, sc) in out.items():
+        cached = {n: (saved[f"{n}.qweight"], saved[f"{n}.scales"]) for n in names.values()}
+        for n, (qw, sc) in cached.items():
             lin = model.get_submodule(n)
             lin.weight.copy_(dequantize_weight(qw, sc, bits, lin.in_features, group_size, lin.weight.dtype))
-        return out
+        return cached
 
     layers = model.model.layers
     inputs = _layer_inputs(model, layers, calib_ids)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .architecture import kv_heads, param_count, text_config
+from .architecture import embedding_params, kv_heads, param_count, text_config
 from .kvcache import kv_cache_bytes_for_config
 from .memory import bytes_per_param
 
@@ -54,12 +54,6 @@ def round_up_tp(n_gpus: int, config: dict[str, Any], max_size: int = NODE_GPUS) 
     return next((t for t in valid_tp_sizes(config, max_size) if t >= n_gpus), None)
 
 
-def _embedding_params(c: dict[str, Any]) -> tuple[int, int]:
-    """(parameters of one vocab x hidden matrix, of all embedding/head matrices with the final norm)."""
-    one = c["vocab_size"] * c["hidden_size"]
-    return one, one * (1 if c.get("tie_word_embeddings", False) else 2) + c["hidden_size"]
-
-
 def _mlp_width(c: dict[str, Any]) -> int:
     """Hidden width of the MLP one token runs through: dense, or the chosen experts plus shared ones."""
     if c.get("num_experts_per_tok"):
@@ -86,7 +80,8 @@ def per_gpu(config: dict[str, Any], tp: int = 1, pp: int = 1, dtype: str = "bf16
     c = text_config(config)
     layers = c["num_hidden_layers"]
     stage_layers = math.ceil(layers / pp)
-    one_matrix, all_embeddings = _embedding_params(c)
+    emb = embedding_params(c)
+    one_matrix, all_embeddings = emb["matrix"], emb["total"]
     layer_params = param_count(config)["total"] - all_embeddings
     embeds = all_embeddings if pp == 1 else one_matrix
     weights = (layer_params * stage_layers / layers + embeds) * bytes_per_param(dtype) / tp

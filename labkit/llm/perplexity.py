@@ -22,7 +22,7 @@ def load_text(name: str = "heldout") -> str:
     return data("texts", f"{name}.txt").read_text()
 
 
-def windows(tok, text: str, window: int = 256, n_windows: int | None = None) -> torch.Tensor:
+def token_windows(tok, text: str, window: int = 256, n_windows: int | None = None) -> torch.Tensor:
     """Token ids of ``text`` cut into ``(n, window)`` non-overlapping windows (the remainder is
     dropped; ``n_windows`` caps n)."""
     ids = tok(text, return_tensors="pt").input_ids[0]
@@ -48,7 +48,7 @@ def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor) -> dict:
 
 
 def perplexity(model, ids: torch.Tensor) -> dict:
-    """Perplexity of ``model`` on windows ``ids`` ``(n, window)`` (see :func:`windows`)."""
+    """Perplexity of ``model`` on windows ``ids`` ``(n, window)`` (see :func:`token_windows`)."""
     return perplexity_from_logits(window_logits(model, ids), ids)
 
 

@@ -11,7 +11,8 @@ caches prefixes can skip (vLLM counts it in whole blocks, :func:`cached_tokens` 
 
 :func:`tier_table` prices keeping a prefix's KV somewhere instead of recomputing it: reloading
 ``tokens x bytes per token`` at a tier's bandwidth (seconds) vs recomputing the prefill, whose
-cost is ``2 x params x tokens`` FLOPs at a given TFLOPS.
+cost is ``2 x params x tokens`` FLOPs at a given TFLOPS (:func:`tier_rows`: the same, printable;
+:func:`prefill_tflops`: the rate a measured prefill achieved).
 """
 
 from __future__ import annotations
@@ -139,3 +140,20 @@ def breakeven_bandwidth(bytes_per_token: float, params: float, tflops: float) ->
     slower tier loses to recomputation. Independent of the prefix length:
     ``bytes_per_token x tflops x 1e12 / (2 x params)``."""
     return bytes_per_token * tflops * 1e12 / (2 * params)
+
+
+def prefill_tflops(params: float, tokens: int, seconds: float) -> float:
+    """The prefill rate (TFLOPS, 1e12 FLOP/s) of ``tokens`` prefilled in ``seconds``, counting
+    ``2 x params`` FLOPs per token (the rule :func:`recompute_seconds` prices with)."""
+    return 2 * params * tokens / seconds / 1e12
+
+
+def tier_rows(label: str, tokens: int, bytes_per_token: float, params: float, tflops: float,
+              tiers: dict[str, float]) -> list[dict[str, str]]:
+    """:func:`tier_table` as printable rows (column -> text), each labelled ``label`` (the model
+    and machine), times in milliseconds, and which way to keep the prefix."""
+    return [{"model / machine": label, "tier": r["tier"], "GB/s": f"{r['bandwidth_gbps']:,.1f}",
+             f"reload {tokens} tok ms": f"{r['reload_s'] * 1e3:.2f}",
+             "recompute ms": f"{r['recompute_s'] * 1e3:.2f}",
+             "keep it": "reload" if r["reload_wins"] else "recompute"}
+            for r in tier_table(tokens, bytes_per_token, params, tflops, tiers)]

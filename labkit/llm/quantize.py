@@ -158,7 +158,7 @@ def quantize_model(model: nn.Module, bits: int = 4, group_size: int | None = 128
 
     Returns ``{"layers", "params", "fp_bytes" (their weights and biases before, measured),
     "fp32_bytes" (the same tensors at 4 bytes each), "q_bytes" (after, measured), "ratio_fp32"}``."""
-    report = dict(layers=0, params=0, fp_bytes=0, fp32_bytes=0, q_bytes=0)
+    report: dict[str, float] = dict(layers=0, params=0, fp_bytes=0, fp32_bytes=0, q_bytes=0)
     for name, lin in quantizable_linears(model, skip):
         tensors = [t for t in (lin.weight, lin.bias) if t is not None]
         report["params"] += sum(t.numel() for t in tensors)

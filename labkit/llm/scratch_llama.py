@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,9 +194,13 @@ def generate(
     device = prompt.device
     cache: Cache | None = [] if use_cache else None
     seq, new, times = prompt, [], []
+
+    def step_on(feed: torch.Tensor) -> torch.Tensor:
+        return pick(forward(w, cfg, feed, cache))
+
     for step in range(max_new_tokens):
         feed = seq if (step == 0 or cache is None) else seq[:, -1:]
-        nxt, seconds = timed(lambda feed=feed: pick(forward(w, cfg, feed, cache)), str(device))
+        nxt, seconds = timed(partial(step_on, feed), str(device))
         times.append(seconds)
         new.append(int(nxt))
         seq = torch.cat([seq, nxt.view(1, 1).to(device)], dim=1)
@@ -238,7 +243,11 @@ def decode_step_seconds(
             if start:
                 forward(w, cfg, tokens[:, :start], cache)
     device, out = tokens.device, []
+
+    def step_on(feed: torch.Tensor) -> torch.Tensor:
+        return greedy(forward(w, cfg, feed, cache))
+
     for i in range(start, start + steps):
         feed = tokens[:, i:i + 1] if cache is not None else tokens[:, :i + 1]
-        out.append(timed(lambda feed=feed: greedy(forward(w, cfg, feed, cache)), str(device))[1])
+        out.append(timed(partial(step_on, feed), str(device))[1])
     return out

@@ -16,7 +16,8 @@ negative count of tokens to remove). Drafters: :class:`PromptLookupDrafter` (cop
 the last n-gram earlier in the text; ``q`` is one-hot) and :class:`EarlyExitDrafter` (the model's
 first ``L`` layers, its final norm and LM head: LayerSkip-style self-speculation, no second model).
 :func:`expected_tokens_per_pass` and :func:`expected_speedup` are the paper's model;
-:func:`roofline_verify_ratio` says, from chapter 04's roofline, what a verify pass costs at batch b.
+:func:`roofline_verify_ratio` says, from chapter 04's roofline, what a verify pass costs at batch b,
+and :func:`roofline_speedup` what speedup that leaves.
 Units: seconds, tokens, FLOP/s, bytes, bytes/s.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from transformers import DynamicCache
@@ -115,7 +117,7 @@ class EarlyExitDrafter:
         if kinds != {"full_attention"}:
             raise NotImplementedError(f"early exit here builds full causal masks only; layers are {kinds}")
         self.model, self.layers = model, layers
-        self.cache, self.seen = DynamicCache(), []
+        self.cache, self.seen = DynamicCache(), cast(list[int], [])
 
     def forward(self, ids: Sequence[int]) -> torch.Tensor:
         """Logits (vocab,) after feeding ``ids`` on top of the drafter's cache."""
@@ -187,7 +189,7 @@ def speculative_generate(model, prompt_ids: Sequence[int], drafter=None, k: int 
     ``k`` tokens per target pass; ``drafter=None`` is plain decoding (one token per pass) through the
     same code. Returns ``(new token ids, SpecStats)``."""
     dev = model.device
-    ids, out, st = list(prompt_ids), [], SpecStats()
+    ids, out, st = list(prompt_ids), cast(list[int], []), SpecStats()
     synchronize(str(dev))
     t_start = time.perf_counter()
     cache = DynamicCache(config=model.config)
@@ -264,3 +266,11 @@ def roofline_verify_ratio(params: float, weight_bytes: float, batch: int, k: int
     verify = roofline_pass_seconds(params, weight_bytes, batch * (k + 1), peak_flops, bw, kv)
     plain = roofline_pass_seconds(params, weight_bytes, batch, peak_flops, bw, kv)
     return verify / plain
+
+
+def roofline_speedup(alpha: float, k: int, batch: int, params: float, weight_bytes: float, peak_flops: float,
+                     bandwidth_bytes_per_s: float, c: float = 0.0) -> float:
+    """:func:`expected_speedup` at batch ``batch`` with the verify cost from the roofline
+    (:func:`roofline_verify_ratio`, weights only): what speculation leaves on a given device."""
+    verify = roofline_verify_ratio(params, weight_bytes, batch, k, peak_flops, bandwidth_bytes_per_s)
+    return expected_speedup(alpha, k, c, verify)

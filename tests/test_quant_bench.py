@@ -1,0 +1,172 @@
+"""Chapter 06's quantization measurements (labkit.llm.quant_bench) on tiny random Llama models: the
+probed inputs are the layers' real inputs, a model scored against itself diverges by nothing, the
+fused INT8/INT4 kernels compute labkit's round-to-nearest product, torchao's INT8 bytes, and the
+whole-model bytes-per-parameter rule."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labkit.llm import perplexity as P
+from labkit.llm import quant_bench as QB
+from labkit.llm import quantize as Q
+from labkit.llm.architecture import load_config, param_count
+
+
+def tiny_llama(layers: int = 4, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama()
+
+
+@pytest.fixture(scope="module")
+def ev():
+    return torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(1))
+
+
+def test_probe_layers_are_the_first_middle_and_last_projections(model):
+    probe = QB.probe_layers(model)
+    assert list(probe) == [f"layer {i} {k}" for i in (0, 2, 3) for k in ("q_proj", "down_proj")]
+    assert probe["layer 2 down_proj"] == "model.layers.2.mlp.down_proj"
+    assert all(isinstance(model.get_submodule(p), nn.Linear) for p in probe.values())
+
+
+def test_first_inputs_are_the_layers_inputs_on_the_first_window_and_hooks_go(model, ev):
+    probe = QB.probe_layers(model)
+    with QB.first_inputs(model, probe) as kept:
+        P.window_logits(model, ev)  # two windows: only the first one's inputs are kept
+    with torch.no_grad():
+        direct = model.model.layers[0].input_layernorm(model.model.embed_tokens(ev[:1]))[0]
+    assert torch.allclose(kept["layer 0 q_proj"], direct, atol=1e-6)
+    assert kept["layer 3 down_proj"].shape == (24, 128) and kept["layer 3 down_proj"].dtype == torch.float32
+    assert not any(m._forward_hooks for m in model.modules())
+    with QB.first_inputs(model, probe) as again:
+        P.window_logits(model, ev[1:])
+    assert not torch.allclose(again["layer 0 q_proj"], kept["layer 0 q_proj"])
+
+
+def test_layer_weights_copy_float_and_dequantize_quantized_layers(model):
+    probe = QB.probe_layers(model)
+    fp = QB.layer_weights(model, probe)
+    w = model.get_submodule(probe["layer 0 q_proj"]).weight
+    assert torch.equal(fp["layer 0 q_proj"], w) and fp["layer 0 q_proj"].data_ptr() != w.data_ptr()
+    m4 = copy.deepcopy(model)
+    Q.quantize_model(m4, bits=4, group_size=32)
+    q = QB.layer_weights(m4, probe)
+    layer = m4.get_submodule(probe["layer 0 q_proj"])
+    assert torch.equal(q["layer 0 q_proj"], layer.dequantized_weight())
+    step = Q.expand_scales(layer.scales.float(), 64, 32)
+    assert 0 < (q["layer 0 q_proj"] - fp["layer 0 q_proj"]).abs().max() <= 0.5 * step.max() + 1e-6
+    assert QB.linear_bytes(model) == sum(m.weight.numel() * 4 for _, m in Q.quantizable_linears(model))
+
+
+@pytest.fixture(scope="module")
+def base(model, ev):
+    reference = [torch.cat([ev[0, :8], ev[0, 8:12]])]  # any sequence works as a reference
+    prompt = torch.randint(0, 256, (1, 10), generator=torch.Generator().manual_seed(2))
+    return QB.Baseline(model, ev, P.window_logits(model, ev), reference, 4, prompt)
+
+
+def test_a_model_scored_against_itself_diverges_by_nothing(model, base):
+    r = QB.measure_format(model, base, QB.linear_bytes(model), keep_logits=True)
+    assert r["kl"] == 0.0 and r["top1"] == 1.0 and r["linear_bytes"] == QB.linear_bytes(model)
+    assert r["ppl"] == pytest.approx(math.exp(r["nll"])) and r["tokens"] == 2 * 23
+    assert r["logits"].shape == (1, 24, 256) and 0 < r["tok_s"] < math.inf
+    line = QB.result_line("FP32", r)
+    assert line.startswith("FP32 ") and "KL 0.0000" in line and "same next token 100.0%" in line
+
+
+def test_a_quantized_copy_is_scored_against_the_base(model, base):
+    m4 = copy.deepcopy(model)
+    rep = Q.quantize_model(m4, bits=4, group_size=32)
+    r = QB.measure_format(m4, base, rep["q_bytes"], tok_s=12.5)
+    assert r["kl"] > 0 and r["tok_s"] == 12.5 and r["logits"] is None
+    own = P.perplexity(m4, base.ev)["ppl"]
+    assert r["ppl"] == pytest.approx(own) and r["ppl"] != pytest.approx(P.perplexity(model, base.ev)["ppl"])
+    with torch.no_grad():  # agreement: greedy tokens the copy predicts given the reference prefix
+        pred = m4(base.reference[0][None]).logits[0, -5:-1].argmax(-1)
+    same = (pred == base.reference[0][-4:]).int()
+    assert r["agree"] == pytest.approx(float(same.cumprod(0).sum()) / 4)
+
+
+def test_decode_speed_is_greedy_decode_s(model, base):
+    from labkit.llm.decode import greedy_decode
+
+    tok_s = QB.decode_tokens_per_s(model, base.decode_ids, tokens=3)
+    assert 0 < tok_s < math.inf
+    timing = greedy_decode(model, base.decode_ids, 3)
+    assert timing.step_s.shape == (3,)  # the same loop: 3 timed steps after 2 untimed ones
+
+
+def test_torchao_int8_takes_one_byte_per_weight_plus_row_scales(model, base):
+    pytest.importorskip("torchao")
+    ma, nbytes = QB.torchao_int8(model)
+    linears = Q.quantizable_linears(model)
+    weights, rows = sum(m.weight.numel() for _, m in linears), sum(m.out_features for _, m in linears)
+    # int8 codes, plus per row a scale (at most float32) and an int8 zero point (torchao 0.18 stores one)
+    assert weights < nbytes <= weights + rows * (4 + 1)
+    assert all(type(m.weight) is nn.Parameter and m.weight.dtype == torch.float32 for _, m in linears)
+    assert P.divergence(base.logits, P.window_logits(ma, base.ev))["kl"] < 1e-3
+
+
+@pytest.mark.skipif(not QB.has_fused_cpu_kernels(), reason="this torch has no fused INT4/INT8 CPU kernels")
+@pytest.mark.parametrize("in_features", [256, 576])  # 576: not whole groups of 128, so groups of 64
+def test_fused_kernels_compute_labkits_round_to_nearest_product(in_features):
+    torch.manual_seed(3)
+    lin = nn.Linear(in_features, 48, bias=False)
+    x = torch.randn(1, in_features)
+    calls = QB.kernel_calls(lin, x, 128, "cpu")
+    assert list(calls) == ["float matmul", "labkit INT8 (dequantize + matmul)",
+                           "labkit INT4 (unpack + dequantize + matmul)", "torch fused INT8 kernel",
+                           "torch fused INT4 kernel"]
+    with torch.no_grad():
+        out = {k: f() for k, f in calls.items()}
+        g = 128 if in_features % 128 == 0 else 64
+        rtn4 = F.linear(x, Q.dequantize_weight(*Q.quantize_weight(lin.weight, 4, g), 4, in_features, g))
+    assert torch.allclose(out["torch fused INT8 kernel"], out["labkit INT8 (dequantize + matmul)"], atol=1e-5)
+    assert torch.allclose(out["torch fused INT4 kernel"], rtn4, atol=1e-5)
+    assert not torch.allclose(out["torch fused INT4 kernel"], out["float matmul"], atol=1e-3)  # it is 4-bit
+    packed, g_used, sz = QB.fused_int4_operands(lin.weight.detach(), 128)
+    assert g_used == g and sz.shape == (in_features // g, 48, 2) and not sz[..., 1].any()
+    assert "torch fused INT4 kernel" not in QB.kernel_calls(lin, x, 128, "cuda")  # CPU kernels only
+
+
+def test_kernel_times_times_every_call():
+    lin = nn.Linear(128, 32)
+    us = QB.kernel_times(lin, 64, "cpu", repeats=2)
+    assert set(us) == set(QB.kernel_calls(lin, torch.zeros(1, 128), 64))
+    assert all(0 < v < 1e6 for v in us.values())
+
+
+def test_risk_ladder_rungs_and_the_model_restored(model, ev):
+    ref = P.window_logits(model, ev[:1])
+    risk = QB.risk_ladder(model, ev[:1], ref, bits=(8, 4))
+    assert set(risk) == {(s, b) for s in QB.RISK_STEPS[1:] for b in (8, 4)}
+    assert all(r["kl"] > -1e-6 for r in risk.values())  # KL >= 0, up to float32 rounding near 0
+    assert risk[("KV cache", 8)]["kl"] < risk[("KV cache", 4)]["kl"]
+    assert risk[("activations", 8)]["kl"] < risk[("activations", 4)]["kl"]
+    assert torch.equal(P.window_logits(model, ev[:1]), ref)  # every fake quantization was undone
+
+
+def test_bytes_per_param_rule():
+    assert QB.bytes_per_param(100, 20, 4, 2) == pytest.approx((80 * 0.5 + 20 * 2) / 100)
+    assert QB.embedding_params({"vocab_size": 10, "hidden_size": 4, "tie_word_embeddings": True}) == 40
+    assert QB.embedding_params({"vocab_size": 10, "hidden_size": 4}) == 80  # untied: embedding + head
+    llama = load_config("Llama-3-8B")
+    total, emb = param_count(llama)["total"], QB.embedding_params(llama)
+    assert emb == 128_256 * 4096 * 2
+    # INT4 linears with a float16 scale per 128 weights, embedding and head in 8 bits: 0.58 bytes/param
+    assert QB.bytes_per_param(total, emb, 4 + 16 / 128, 1) == pytest.approx(0.579, abs=0.001)

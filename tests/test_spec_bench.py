@@ -1,0 +1,80 @@
+"""Chapter 06's speculative-decoding measurements (labkit.llm.spec_bench) on a tiny random Llama: a
+timed run still writes plain greedy's text, the greedy judge forgives only near-ties, and the
+early-exit acceptance read from one pass equals what the early-exit drafter itself predicts."""
+
+import math
+
+import pytest
+import torch
+
+from labkit.llm import spec_bench as SB
+from labkit.llm.speculative import EarlyExitDrafter, PromptLookupDrafter, SpecStats, speculative_generate
+
+PROMPT = list(range(10, 30)) * 2 + list(range(10, 14))  # repeats itself: prompt lookup finds drafts
+
+
+@pytest.fixture(scope="module")
+def model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def greedy(model):
+    return speculative_generate(model, PROMPT, None, max_new_tokens=12)[0]
+
+
+def test_a_timed_greedy_run_writes_plain_greedys_text(model, greedy):
+    out, st, speedup = SB.run_vs_plain(model, PROMPT, PromptLookupDrafter(), 4, 12, plain_tokens=3)
+    assert out == greedy and st.new_tokens == 12 and st.drafted > 0
+    assert 0 < speedup < math.inf
+
+
+def test_a_sampled_run_has_no_speedup_and_follows_its_seed(model):
+    a = SB.run_vs_plain(model, PROMPT, PromptLookupDrafter(), 4, 8, temperature=1.0, seed=5)
+    b = SB.run_vs_plain(model, PROMPT, PromptLookupDrafter(), 4, 8, temperature=1.0, seed=5)
+    assert a[0] == b[0] and math.isnan(a[2])
+
+
+def test_same_as_greedy_is_exact_in_float32_and_forgives_only_near_ties(model, greedy):
+    assert SB.same_as_greedy(model, PROMPT, greedy[:6], greedy) == (True, "")
+    wrong = greedy[:3] + [(greedy[3] + 1) % 128] + greedy[4:6]
+    assert SB.same_as_greedy(model, PROMPT, wrong, greedy) == (False, "")
+    with torch.no_grad():
+        top2 = model(torch.tensor([PROMPT + greedy[:3]])).logits[0, -1].topk(2).values
+    gap = float(top2[0] - top2[1])
+    ok, note = SB.same_as_greedy(model, PROMPT, wrong, greedy, exact=False, near_tie=gap + 1e-3)
+    assert ok and note == f"differs from greedy at token 3; top-2 logit gap there {gap:.3f}"
+    assert SB.same_as_greedy(model, PROMPT, wrong, greedy, exact=False, near_tie=gap - 1e-3)[0] is False
+    assert SB.same_as_greedy(model, PROMPT, greedy[:4], greedy, exact=False) == (True, "")
+
+
+def test_runs_table_rows():
+    st = SpecStats(new_tokens=12, target_passes=6, drafted=16, accepted=6, rejections=5)
+    runs = [dict(task="copy", k=4, temp=0.0, st=st, speedup=1.5, same=True),
+            dict(task="open", k=4, temp=1.2, st=st, speedup=float("nan"), same=None)]
+    lines = SB.runs_table(runs).splitlines()
+    assert lines[0].split()[:3] == ["task", "k", "temp"] and lines[0].endswith("identical to greedy")
+    assert lines[1].split() == ["copy", "4", "0.0", "12", "0.38", "0.55", "2.00", "1.50x", "True"]
+    assert lines[2].split() == ["open", "4", "1.2", "12", "0.38", "0.55", "2.00", "-"]
+
+
+def test_early_exit_agreement_is_what_the_drafter_predicts(model, greedy):
+    depths = [1, 2, 3]
+    alpha = SB.early_exit_agreement(model, PROMPT, greedy, depths)
+    for L in depths:
+        d = EarlyExitDrafter(model, L)
+        with torch.no_grad():
+            preds = [int(d.forward(PROMPT).argmax())] + [int(d.forward([t]).argmax()) for t in greedy[:-1]]
+        hits = sum(p == t for p, t in zip(preds, greedy, strict=True))
+        assert alpha[L] == pytest.approx(hits / len(greedy))
+
+
+def test_early_exit_step_times(model):
+    full, draft = SB.early_exit_step_times(model, PROMPT, [1, 3], pass_tokens=(1, 3), repeats=1)
+    assert set(full) == {1, 3} and set(draft) == {1, 3}
+    assert all(0 < t < 10 for t in [*full.values(), *draft.values()])

@@ -31,16 +31,17 @@ from pathlib import Path
 
 import httpx
 
+from labkit.engines.vllm import free_port
 from labkit.serving import loadgen
+from labkit.serving.loadgen import ClientSpec, LoadSpec
 from labkit.serving.openai_api import request_body
-from labkit.serving.vllm import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def start_server(step_ms: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "labkit.serving.fakeserver", "--port", str(port), "--step-ms", str(step_ms)]
+    cmd = [sys.executable, "-m", "labkit.engines.fakeserver", "--port", str(port), "--step-ms", str(step_ms)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     proc.stdout.readline()
     url = f"http://127.0.0.1:{port}"
@@ -54,6 +55,7 @@ def start_server(step_ms: float) -> tuple[subprocess.Popen, str]:
 
 
 PROMPT = "x"  # the same prompt for both clients: the same usage figures, the same bytes
+FAKE = ClientSpec(model="fake")  # labkit's client for the fake server (one warm-up, LoadSpec's default)
 
 
 def body(tokens: int) -> dict:
@@ -107,8 +109,8 @@ def main() -> None:
                         bare, size = asyncio.run(bare_ingest(url, n, c, tokens))
                         bares.append(bare)
                         continue
-                    s = loadgen.run(url, n, c, model="fake", max_tokens=tokens, progress=False, warmup=1,
-                                    prompts=[PROMPT])
+                    s = loadgen.run(url, LoadSpec(n, c, max_tokens=tokens, prompts=[PROMPT]), FAKE,
+                                    progress=False)
                     ours.append(s["output_throughput"])
                     ok += s["completed"]
             row = {"concurrency": c, "requests": n, "tokens_per_request": tokens, "bytes_per_stream": size,
@@ -122,7 +124,7 @@ def main() -> None:
                   flush=True)
         for c in levels:
             n = max(8, 2 * c) if a.quick else max(20, 4 * c)
-            s = loadgen.run(url, n, c, model="fake", max_tokens=2, progress=False, warmup=1, prompts=[PROMPT])
+            s = loadgen.run(url, LoadSpec(n, c, max_tokens=2, prompts=[PROMPT]), FAKE, progress=False)
             result["latency"].append({"what": "TTFT, instant server", "concurrency": c, "n": s["n_ttft"],
                                       "p50_ms": s["p50_ttft_ms"], "p99_ms": s["p99_ttft_ms"]})
     finally:
@@ -134,8 +136,7 @@ def main() -> None:
     try:
         for c in levels:
             n = max(4, c) if a.quick else max(8, 2 * c)
-            s = loadgen.run(url, n, c, model="fake", max_tokens=16, progress=False, warmup=1,
-                            prompts=[PROMPT])
+            s = loadgen.run(url, LoadSpec(n, c, max_tokens=16, prompts=[PROMPT]), FAKE, progress=False)
             result["latency"].append({"what": f"ITL - {step:g} ms, paced server", "concurrency": c,
                                       "n": s["n_itl"], "p50_ms": s["p50_itl_ms"] - step,
                                       "p99_ms": s["p99_itl_ms"] - step})

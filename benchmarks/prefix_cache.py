@@ -24,8 +24,9 @@ import time
 
 import torch
 
+from labkit.engines import vllm
+from labkit.engines import vllm_prefix as prefix
 from labkit.llm import prefix_cache as pc
-from labkit.serving import prefix, vllm
 from labkit.settings import set_threads
 
 

@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any, NoReturn
 
+from .production.monitor_options import add_monitor_arguments
+
 
 def _doctor(args: argparse.Namespace) -> int:
     from .hardware import machine
@@ -150,12 +152,13 @@ def _bench(a: argparse.Namespace) -> int:
     import contextlib
 
     from . import settings
-    from .serving.loadgen import knee_table, run, sweep, synthetic_requests
-    from .serving.metrics import format_report, format_rows
+    from .serving.loadgen import ClientSpec, LoadSpec, knee_table, run, sweep, synthetic_requests
+    from .serving.metrics import format_report
     from .serving.ollama_api import ollama_backend
     from .serving.streaming import Backend, ServerError
+    from .table import format_rows
 
-    url = a.base_url or settings.base_url()
+    url: str = a.base_url or settings.base_url() or ""
     a.model = a.model or settings.served_model()
     if not (url or a.vllm):
         raise ValueError("pass --base-url URL (any OpenAI-compatible server, or Ollama with --backend "
@@ -174,27 +177,30 @@ def _bench(a: argparse.Namespace) -> int:
     prompts = None
     if a.synthetic:
         prompts = synthetic_requests(a.requests, a.synthetic[0], a.synthetic[1], a.range_ratio)
+    spec = LoadSpec(n_requests=a.requests, concurrency=a.max_concurrency, rate=a.rate,
+                    burstiness=a.burstiness, max_tokens=a.max_tokens, prompts=prompts, warmup=a.warmup,
+                    max_duration_s=a.max_duration)
     with contextlib.ExitStack() as stack:
         try:
             if a.vllm:
-                from .serving.vllm import SERVED_NAME, vllm_server
+                from .engines.vllm import SERVED_NAME, vllm_server
 
                 print("starting vLLM (bundled model) ...", flush=True)
                 url = stack.enter_context(vllm_server())
                 a.model = a.model or SERVED_NAME
             target: str | Backend = url
+            client: ClientSpec | None = None
             if a.backend.startswith("ollama"):
                 target = ollama_backend(a.model, host=url, endpoint=a.backend.split("-")[1],
                                         timeout_s=a.timeout, total_timeout_s=a.total_timeout)
-            common = dict(model=a.model, max_tokens=a.max_tokens, prompts=prompts, slo=slo, out=a.out,
-                          progress=not a.no_progress, max_duration_s=a.max_duration, timeout_s=a.timeout,
-                          total_timeout_s=a.total_timeout, endpoint=a.backend.split("-")[1],
-                          ignore_eos=a.ignore_eos)
-            if a.rate is not None:
-                runs = [run(target, a.requests, a.max_concurrency, rate=a.rate, burstiness=a.burstiness,
-                            warmup=a.warmup, **common)]
             else:
-                runs = sweep(target, a.concurrency, n_requests=a.requests, warmup=a.warmup, **common)
+                client = ClientSpec(model=a.model, endpoint=a.backend.split("-")[1], ignore_eos=a.ignore_eos,
+                                    timeout_s=a.timeout, total_timeout_s=a.total_timeout)
+            progress = not a.no_progress
+            if a.rate is not None:
+                runs = [run(target, spec, client, slo=slo, out=a.out, progress=progress)]
+            else:
+                runs = sweep(target, a.concurrency, spec, client, slo=slo, out=a.out, progress=progress)
         except (ServerError, RuntimeError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -210,7 +216,7 @@ def _bench(a: argparse.Namespace) -> int:
 
 
 def _gpu_check(args: argparse.Namespace) -> int:
-    from .hardware.gpucheck import main as gpu_check
+    from .gpucheck import main as gpu_check
 
     return gpu_check(args.rest)
 
@@ -222,7 +228,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _monitor(args: argparse.Namespace) -> int:
-    from .serving.monitor import monitor_main
+    from .production.monitor import monitor_main
 
     return monitor_main(args)
 
@@ -242,17 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(fn=_run)
     g = sub.add_parser("gpu-check", help="check the CUDA paths on a machine with an NVIDIA GPU (no download)")
     g.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="options for labkit.hardware.gpucheck (see --help there)")
+                   help="options for labkit.gpucheck (see --help there)")
     g.set_defaults(fn=_gpu_check)
     b = sub.add_parser("bench", help="load-test a streaming LLM server: TTFT/TPOT/ITL (chapter 02)")
     add_bench_arguments(b)
     b.set_defaults(fn=_bench)
     mo = sub.add_parser("monitor", help="watch this machine (and a vLLM server's /metrics) live, like "
                         "nvidia-smi dmon (chapter 08)")
-    # the options of labkit.serving.monitor.add_monitor_arguments, here so `labkit` starts fast
-    mo.add_argument("--url", help="a vLLM server whose /metrics to show too, e.g. http://127.0.0.1:8000")
-    mo.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default 1)")
-    mo.add_argument("--count", type=int, help="lines to print (default: until Ctrl-C)")
+    add_monitor_arguments(mo)  # a light module: `labkit` starts without loading the monitor
     mo.set_defaults(fn=_monitor)
     rp = sub.add_parser("report", help="check every claim of the tutorial on this machine; writes reports/")
     rp.add_argument("rest", nargs=argparse.REMAINDER,

@@ -9,13 +9,6 @@ import pytest
 
 from labkit import settings
 from labkit.cli import main
-from labkit.serving.fakeserver import fake_server
-
-
-@pytest.fixture(scope="module")
-def srv():
-    with fake_server() as s:
-        yield s
 
 
 def bench(capsys, *args):
@@ -83,7 +76,7 @@ def test_bad_environment_values_name_the_variable(capsys, monkeypatch, tmp_path,
         value = str(tmp_path / "a-file")
         (tmp_path / "a-file").write_text("x")
     monkeypatch.setenv(var, value)
-    import labkit.serving.vllm as vllm
+    import labkit.engines.vllm as vllm
 
     monkeypatch.setattr(vllm, "vllm_server", lambda **kw: pytest.fail("vLLM must not start"))
     args = ["--vllm"] if var != "LABKIT_BASE_URL" else []

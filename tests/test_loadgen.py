@@ -13,22 +13,18 @@ import numpy as np
 import pytest
 
 from labkit.cli import main as labkit_main
+from labkit.engines.vllm import free_port
 from labkit.serving import loadgen, metrics, plots
-from labkit.serving.fakeserver import fake_server
+from labkit.serving.loadgen import ClientSpec, LoadSpec
 from labkit.serving.local import transformers_backend
 from labkit.serving.streaming import ServerError
-from labkit.serving.vllm import free_port
 
-
-@pytest.fixture()
-def srv():
-    with fake_server(step_s=0.002, prefill_s=0.01, batch_cost_s=0.001) as s:
-        yield s
+FAKE_SERVER_OPTS = {"step_s": 0.002, "prefill_s": 0.01, "batch_cost_s": 0.001}  # of conftest's srv
 
 
 @pytest.mark.parametrize("c", [1, 4])
 def test_closed_loop_holds_concurrency_and_accounts(srv, c, tmp_path):
-    s = loadgen.run(srv.url, 12, c, max_tokens=5, out=tmp_path, progress=False, warmup=1)
+    s = loadgen.run(srv.url, LoadSpec(12, c, max_tokens=5, warmup=1), out=tmp_path, progress=False)
     assert srv.peak_active == c
     assert s["accounted"] and s["completed"] == 12 and s["failed"] == 0
     assert s["total_output_tokens"] == 60 and s["n_ttft"] == 12 and s["n_itl"] == 48
@@ -53,66 +49,80 @@ def test_arrivals_are_gamma_with_the_asked_rate_and_burstiness():
 
 def test_open_loop_caps_in_flight_and_records_queueing(srv):
     srv.opts["step_s"] = 0.01
-    s = loadgen.run(srv.url, 16, concurrency=2, rate=200.0, max_tokens=4, progress=False, warmup=0)
+    s = loadgen.run(srv.url, LoadSpec(16, concurrency=2, rate=200.0, max_tokens=4, warmup=0), progress=False)
     assert s["mode"] == "open" and s["accounted"] and s["completed"] == 16
     assert srv.peak_active <= 2
-    assert max(r["queue_s"] for r in s["requests"]) > 0.01  # arrivals waited for the cap
+    assert max(r.queue_s for r in s["requests"]) > 0.01  # arrivals waited for the cap
 
 
 def test_open_loop_has_no_cap_unless_asked(srv):
     """Regression (defect 6): ``run(url, n, rate=r)`` inherited ``concurrency=1``: one request in
     flight, arrivals queued for seconds outside TTFT, an overloaded client reported as fast."""
     srv.opts["step_s"] = 0.01
-    s = loadgen.run(srv.url, 16, rate=200.0, max_tokens=4, progress=False, warmup=0)
+    s = loadgen.run(srv.url, LoadSpec(16, rate=200.0, max_tokens=4, warmup=0), progress=False)
     assert s["completed"] == 16 and s["concurrency"] is None and srv.peak_active > 2
-    assert max(r["queue_s"] for r in s["requests"]) < 0.05  # nobody waited for a slot
-    assert loadgen.run(srv.url, 2, max_tokens=2, progress=False, warmup=0)["concurrency"] == 1  # closed: 1
+    assert max(r.queue_s for r in s["requests"]) < 0.05  # nobody waited for a slot
+    closed = loadgen.run(srv.url, LoadSpec(2, max_tokens=2, warmup=0), progress=False)
+    assert closed["concurrency"] == 1  # closed: 1
 
 
 def test_open_loop_stops_sending_at_max_duration(srv):
     """Regression (defect 5): the open loop slept until each planned arrival before checking the
     deadline: ``run(server, 20, rate=2, max_duration_s=1)`` took 13.6 s."""
     t = time.perf_counter()
-    s = loadgen.run(srv.url, 20, rate=2.0, max_tokens=2, progress=False, warmup=0, max_duration_s=0.5)
+    spec = LoadSpec(20, rate=2.0, max_tokens=2, warmup=0, max_duration_s=0.5)
+    s = loadgen.run(srv.url, spec, progress=False)
     assert time.perf_counter() - t < 2.0
     assert s["accounted"] and s["status_counts"]["not_sent"] >= 15
     assert s["completed"] + s["status_counts"]["not_sent"] == 20
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"n_requests": 0}, "n_requests must be a whole number >= 1"),
-    ({"max_tokens": -5}, "max_tokens must be a whole number >= 1"),
-    ({"concurrency": 0}, "concurrency must be"),
-    ({"rate": 0.0}, "rate must be a positive number"),
-    ({"timeout_s": -1.0}, "timeout_s must be"),
-    ({"max_duration_s": 0}, "max_duration_s must be"),
+@pytest.mark.parametrize(("make", "kwargs", "match"), [
+    (LoadSpec, {"n_requests": 0}, "n_requests must be a whole number >= 1"),
+    (LoadSpec, {"max_tokens": -5}, "max_tokens must be a whole number >= 1"),
+    (LoadSpec, {"max_tokens": 2.5}, "max_tokens must be a whole number >= 1"),
+    (LoadSpec, {"concurrency": 0}, "concurrency must be"),
+    (LoadSpec, {"rate": 0.0}, "rate must be a positive number"),
+    (LoadSpec, {"burstiness": float("nan")}, "burstiness must be a positive number"),
+    (LoadSpec, {"max_duration_s": 0}, "max_duration_s must be"),
+    (LoadSpec, {"prompts": []}, "prompts is an empty list"),
+    (ClientSpec, {"timeout_s": -1.0}, "timeout_s must be"),
+    (ClientSpec, {"endpoint": "generate"}, "endpoint must be 'chat' or 'completions'"),
 ])
-def test_bad_run_arguments_name_themselves(kwargs, match):
+def test_bad_run_settings_name_themselves(make, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        loadgen.run("http://127.0.0.1:9", **({"n_requests": 2} | kwargs), check=False, progress=False)
+        make(**kwargs)
+
+
+def test_a_backend_target_takes_no_client_spec_and_sweep_sets_concurrency(srv):
+    with pytest.raises(ValueError, match="brings its own client settings"):
+        loadgen.run(transformers_backend(None, None), LoadSpec(2), ClientSpec(model="x"))
+    with pytest.raises(ValueError, match="leave rate and concurrency out"):
+        loadgen.sweep(srv.url, (1, 2), LoadSpec(concurrency=4))
+    assert LoadSpec().requests == 8 and LoadSpec(concurrency=8).requests == 16  # max(8, 2 x c)
 
 
 def test_mid_run_errors_and_deadline_are_accounted(srv):
     srv.opts["fail_every"] = 4
-    s = loadgen.run(srv.url, 12, 3, max_tokens=3, progress=False, warmup=0)
+    s = loadgen.run(srv.url, LoadSpec(12, 3, max_tokens=3, warmup=0), progress=False)
     assert s["status_counts"]["http_error"] == 3 and s["completed"] == 9 and s["accounted"]
-    assert all("injected" in r["error"] for r in s["requests"] if r["status"] == "http_error")
+    assert all("injected" in r.error for r in s["requests"] if r.status == "http_error")
     srv.opts.update(fail_every=0, step_s=0.05)
-    s = loadgen.run(srv.url, 30, 1, max_tokens=3, progress=False, warmup=0, max_duration_s=0.3)
+    s = loadgen.run(srv.url, LoadSpec(30, 1, max_tokens=3, warmup=0, max_duration_s=0.3), progress=False)
     assert s["status_counts"]["not_sent"] > 0 and s["accounted"]
     assert s["completed"] + s["status_counts"]["not_sent"] == 30
 
 
 def test_clear_errors_before_a_run(srv):
     with pytest.raises(ServerError, match="'gpt-4' is not served"):
-        loadgen.run(srv.url, 2, model="gpt-4", progress=False)
+        loadgen.run(srv.url, LoadSpec(2), ClientSpec(model="gpt-4"), progress=False)
     with pytest.raises(ServerError, match="no server answers"):
-        loadgen.run(f"http://127.0.0.1:{free_port()}", 2, model="x", progress=False)
-    with pytest.raises(ValueError, match="at most 1"):
-        loadgen.run(transformers_backend(None, None), 2, concurrency=2)
+        loadgen.run(f"http://127.0.0.1:{free_port()}", LoadSpec(2), ClientSpec(model="x"), progress=False)
+    with pytest.raises(ValueError, match=r"at most 1.*LoadSpec\(concurrency=1\)"):
+        loadgen.run(transformers_backend(None, None), LoadSpec(2, concurrency=2))
     srv.opts["streaming"] = False
     with pytest.raises(ServerError, match="warm-up request failed.*event-stream"):
-        loadgen.run(srv.url, 2, progress=False)
+        loadgen.run(srv.url, LoadSpec(2), progress=False)
 
 
 def test_synthetic_lengths_with_a_tokenizer():
@@ -134,11 +144,18 @@ def test_sweep_plots_and_knee_table(srv):
     import matplotlib
 
     matplotlib.use("Agg")
-    runs = loadgen.sweep(srv.url, (1, 2), n_requests=4, max_tokens=4, progress=False)
+    runs = loadgen.sweep(srv.url, (1, 2), LoadSpec(4, max_tokens=4), progress=False)
+    assert [s["n_planned"] for s in runs] == [4, 4] and [s["warmup"] for s in runs] == [1, 0]
+    per_level = loadgen.sweep(srv.url, (1, 2), LoadSpec(max_tokens=2, warmup=0), n_requests={2: 3},
+                              progress=False)
+    assert [s["n_planned"] for s in per_level] == [8, 3]  # default max(8, 2c) where not given
     rows = loadgen.knee_table(runs)
     assert [r["concurrency"] for r in rows] == [1, 2] and "output_tok_s" in metrics.format_rows(rows)
-    for fn in (plots.plot_ttft_cdf, plots.plot_itl_hist, plots.plot_knee):
-        assert fn(runs) is not None
+    cdf = plots.plot_ttft_cdf(runs)
+    assert len(cdf.get_lines()) == 2 * len(runs)  # per run: its CDF and its P50/P99 dots
+    assert [line.get_xdata().size for line in cdf.get_lines()[::2]] == [4, 4]  # one step per request
+    assert len(plots.plot_itl_hist(runs).patches) == len(runs)  # one outline per run
+    assert [t.get_text() for t in plots.plot_knee(runs).get_xticklabels()] == ["1", "2"]
 
 
 def test_bench_command(srv, tmp_path, capsys):
@@ -159,7 +176,7 @@ def test_killed_run_keeps_what_finished(tmp_path):
     """A bench process killed mid-run leaves one valid JSON line per request it finished."""
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "labkit.serving.fakeserver", "--port", str(port), "--step-ms", "40"]
+    cmd = [sys.executable, "-m", "labkit.engines.fakeserver", "--port", str(port), "--step-ms", "40"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
     try:
         server.stdout.readline()  # "fake server on ..."

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from labkit.serving import metrics, records
+from labkit.serving.records import RequestRecord
 
 
 def rec(chunks, output_tokens=None, status="ok", t_end=None, prompt_tokens=None):
     t_end = t_end if t_end is not None else (chunks[-1][0] + 0.001 if chunks else 0.0)
-    return {"status": status, "t_sent": 10.0, "t_end": 10.0 + t_end, "chunks": chunks,
-            "output_tokens": output_tokens, "prompt_tokens": prompt_tokens}
+    return RequestRecord(status=status, t_sent=10.0, t_end=10.0 + t_end, chunks=[tuple(c) for c in chunks],
+                         output_tokens=output_tokens, prompt_tokens=prompt_tokens)
 
 
 def test_one_token_per_chunk():
@@ -82,8 +83,8 @@ def test_summary_counts_failures_and_uses_only_completed():
 
 
 def test_summary_duration_defaults_to_first_send_to_last_close():
-    a = {"status": "ok", "t_sent": 1.0, "t_end": 2.0, "chunks": [[0.5, 1], [1.0, 1]], "output_tokens": 2}
-    b = {"status": "ok", "t_sent": 1.5, "t_end": 4.0, "chunks": [[1.0, 1], [2.5, 1]], "output_tokens": 2}
+    a = RequestRecord(status="ok", t_sent=1.0, t_end=2.0, chunks=[(0.5, 1), (1.0, 1)], output_tokens=2)
+    b = RequestRecord(status="ok", t_sent=1.5, t_end=4.0, chunks=[(1.0, 1), (2.5, 1)], output_tokens=2)
     assert metrics.summarize([a, b])["duration"] == pytest.approx(3.0)
 
 
@@ -151,7 +152,7 @@ def test_cumulative_usage_tail_goes_to_last_chunk():
 
 def test_gaps_run_from_the_previous_token_bearing_chunk():
     # a text chunk that carries no new token must not swallow the time before it
-    m = metrics.request_metrics({"t_sent": 0.0, "chunks": [[0.2, 1], [0.3, 0], [0.6, 1]], "output_tokens": 2})
+    m = metrics.request_metrics(RequestRecord(chunks=[(0.2, 1), (0.3, 0), (0.6, 1)], output_tokens=2))
     assert m["itl_s"] == pytest.approx([0.4])
     assert sum(m["itl_s"]) == pytest.approx(m["e2e_s"] - m["ttft_s"])
 
@@ -177,8 +178,8 @@ def test_goodput_never_passes_an_unknown_tpot():
 
 def test_zero_token_chunks_are_not_first_or_last_token():
     """Regression (defect 7): TTFT and E2E used the first/last chunk even when it held 0 tokens."""
-    m = metrics.request_metrics({"t_sent": 0.0, "chunks": [[0.2, 0], [0.3, 1], [0.4, 1], [0.5, 0]],
-                                 "output_tokens": 2})
+    m = metrics.request_metrics(RequestRecord(chunks=[(0.2, 0), (0.3, 1), (0.4, 1), (0.5, 0)],
+                                              output_tokens=2))
     assert m["ttft_s"] == pytest.approx(0.3) and m["e2e_s"] == pytest.approx(0.4)
     assert m["tpot_s"] == pytest.approx(0.1) and m["itl_s"] == pytest.approx([0.1])
     assert m["chunk_gaps_s"] == pytest.approx([0.1])
@@ -201,15 +202,15 @@ def test_token_placement_without_per_chunk_counts(texts, total, expected):
 
 def test_finish_chunk_without_text_keeps_its_token_on_the_timeline():
     r = records.new_record("t")
-    t0 = r["t_sent"]
+    t0 = r.t_sent
     parts = [(t0 + 0.1, "Hi", None), (t0 + 0.2, " there", None), (t0 + 0.3, "", None)]
     records.finish_record(r, parts, total=3)
-    assert [k for _, k in r["chunks"]] == [1, 1, 1] and r["token_source"] == "usage"
+    assert [k for _, k in r.chunks] == [1, 1, 1] and r.token_source == "usage"
     assert metrics.request_metrics(r)["e2e_s"] == pytest.approx(0.3)
     records.finish_record(r, parts, total=2)  # no EOS counted: the empty finish chunk is dropped
-    assert [k for _, k in r["chunks"]] == [1, 1]
+    assert [k for _, k in r.chunks] == [1, 1]
     records.finish_record(r, parts)  # no usage at all: counts unknown, the empty chunk dropped too
-    assert [k for _, k in r["chunks"]] == [None, None] and r["token_source"] == "unknown"
+    assert [k for _, k in r.chunks] == [None, None] and r.token_source == "unknown"
 
 
 def test_error_text_from_json_html_and_text():

@@ -179,9 +179,9 @@ SHAPES = {
 def test_stream_shape_end_to_end(scripted, case):
     script, expected, counts = SHAPES[case]
     r = measure(scripted, script)
-    assert {k: r[k] for k in expected} == expected, (r["status"], r["error"])
-    assert [k for _, k in r["chunks"]] == counts
-    if r["status"] == "ok" and counts[0] is not None:
+    assert {k: getattr(r, k) for k in expected} == expected, (r.status, r.error)
+    assert [k for _, k in r.chunks] == counts
+    if r.status == "ok" and counts[0] is not None:
         m = metrics.request_metrics(r)
         assert m["ttft_s"] > 0 and m["e2e_s"] >= m["ttft_s"] and len(m["itl_s"]) == sum(counts) - counts[0]
 
@@ -198,8 +198,8 @@ def test_errors_in_the_stream_are_errors_with_the_message(scripted):
                             (SHAPES["SSE error: field (llama.cpp)"][0], "slot busy"),
                             (SHAPES['{"error": ...} after HTTP 200'][0], "OOM")):
         r = measure(scripted, script)
-        assert r["status"] == "error" and message in r["error"] and r["text"] == "a"
-    assert measure(scripted, SHAPES['"error": null'][0])["status"] == "ok"
+        assert r.status == "error" and message in r.error and r.text == "a"
+    assert measure(scripted, SHAPES['"error": null'][0]).status == "ok"
 
 
 def test_tool_call_stream_keeps_its_timing(scripted):
@@ -214,7 +214,7 @@ def test_eos_token_is_timed_where_it_arrived(scripted):
     timeline (and given to the first chunk); E2E must end at the finish chunk, 0.1 s later."""
     r = measure(scripted, SHAPES["EOS in a text-less finish chunk"][0])
     m = metrics.request_metrics(r)
-    assert m["e2e_s"] - r["chunks"][1][0] >= 0.09 and len(m["itl_s"]) == 2
+    assert m["e2e_s"] - r.chunks[1][0] >= 0.09 and len(m["itl_s"]) == 2
 
 
 @pytest.mark.parametrize(("status", "ctype", "body", "expected"), [
@@ -227,22 +227,22 @@ def test_eos_token_is_timed_where_it_arrived(scripted):
 ])
 def test_http_errors_with_json_or_html(scripted, status, ctype, body, expected):
     r = measure(scripted, [head(status, ctype, body)])
-    assert r["status"] == "http_error" and r["http_status"] == status and expected in r["error"]
-    assert "<" not in r["error"]
+    assert r.status == "http_error" and r.http_status == status and expected in r.error
+    assert "<" not in r.error
 
 
 def test_timeouts_keep_what_arrived(scripted):
     r = measure(scripted, SHAPES["never closes"][0], timeout_s=0.3)
-    assert r["status"] == "timeout" and "read timeout" in r["error"] and r["text"] == "a"
+    assert r.status == "timeout" and "read timeout" in r.error and r.text == "a"
     r = measure(scripted, [chunk("a", usage=usage(1)), 0.2, chunk("b", usage=usage(2)), 0.2, "hang"],
                 timeout_s=5.0, total_timeout_s=0.3)
-    assert r["status"] == "timeout" and "total_timeout_s" in r["error"] and r["output_tokens"] == 2
+    assert r.status == "timeout" and "total_timeout_s" in r.error and r.output_tokens == 2
     r = measure(scripted, SHAPES["never closes after finish_reason"][0], timeout_s=5.0)
-    assert r["status"] == "ok" and "stayed open" in r["note"] and r["t_end"] - r["t_sent"] < 1.0
+    assert r.status == "ok" and "stayed open" in r.note and r.t_end - r.t_sent < 1.0
     r = measure(scripted, SHAPES["reset after finish_reason, before [DONE]"][0])
-    assert r["status"] == "ok" and "connection broke" in r["note"] and "counted ok" in r["note"]
+    assert r.status == "ok" and "connection broke" in r.note and "counted ok" in r.note
     r = measure(scripted, SHAPES["reset mid-stream"][0])
-    assert r["status"] == "broken_stream" and "connection broke" in r["error"] and r["text"] == "a"
+    assert r.status == "broken_stream" and "connection broke" in r.error and r.text == "a"
 
 
 # --- split points: the same composite stream, cut anywhere, gives the same record ----------------
@@ -277,6 +277,6 @@ def test_any_split_gives_the_same_record(cuts):
             return await backend.send(client, "hi", 8)
 
     r = asyncio.run(go())
-    assert r["status"] == "ok" and r["text"] == "Hm\u00e9t\u00e9 \U0001f600f{}!"
-    assert [k for _, k in r["chunks"]] == [1, 2, 1, 1] and r["output_tokens"] == 5
-    assert r["token_source"] == "usage-continuous" and r["prompt_tokens"] == 4
+    assert r.status == "ok" and r.text == "Hm\u00e9t\u00e9 \U0001f600f{}!"
+    assert [k for _, k in r.chunks] == [1, 2, 1, 1] and r.output_tokens == 5
+    assert r.token_source == "usage-continuous" and r.prompt_tokens == 4

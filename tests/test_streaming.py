@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from labkit.engines.fakeserver import fake_server
 from labkit.serving import local, metrics, ollama_api, openai_api, sse, streaming
-from labkit.serving.fakeserver import fake_server
 
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -98,18 +98,7 @@ def test_line_splitter_agrees_with_httpx(text, eols, cuts):
 # --- backends against the loopback fake server ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def srv():
-    with fake_server(step_s=0.004, prefill_s=0.05) as s:
-        yield s
-
-
-@pytest.fixture(autouse=True)
-def reset(srv):
-    base = dict(srv.opts)
-    yield
-    srv.opts.clear()
-    srv.opts.update(base)
+FAKE_SERVER_OPTS = {"step_s": 0.004, "prefill_s": 0.05}  # of conftest's srv, reset before every test
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
@@ -117,19 +106,19 @@ def reset(srv):
 def test_openai_stream_counts_tokens_not_chunks(srv, endpoint, k):
     srv.opts["tokens_per_chunk"] = k
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake", endpoint=endpoint), "hi there", 10)
-    assert r["status"] == "ok", r["error"]
-    assert r["output_tokens"] == 10 and r["token_source"] == "usage-continuous"
-    assert [c[1] for c in r["chunks"]] == [k] * (10 // k) + ([10 % k] if 10 % k else [])
-    assert r["text"].split() == [f"tok{i}" for i in range(10)]
+    assert r.status == "ok", r.error
+    assert r.output_tokens == 10 and r.token_source == "usage-continuous"
+    assert [c[1] for c in r.chunks] == [k] * (10 // k) + ([10 % k] if 10 % k else [])
+    assert r.text.split() == [f"tok{i}" for i in range(10)]
     m = metrics.request_metrics(r)
     assert len(m["itl_s"]) == 10 - k  # the first chunk's extra tokens have no gap
-    assert len(m["chunk_gaps_s"]) == len(r["chunks"]) - 1
+    assert len(m["chunk_gaps_s"]) == len(r.chunks) - 1
 
 
 def test_role_only_chunk_does_not_count_as_first_token(srv):
     srv.opts.update(prefill_s=0.3, role_chunk=True)  # role chunk goes out at once, token after 0.3 s
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake"), "hi", 3)
-    assert r["status"] == "ok" and len(r["chunks"]) == 3
+    assert r.status == "ok" and len(r.chunks) == 3
     assert metrics.request_metrics(r)["ttft_s"] >= 0.3
 
 
@@ -137,8 +126,8 @@ def test_final_usage_only_server(srv):
     srv.opts["tokens_per_chunk"] = 2
     be = openai_api.openai_backend(srv.url, "fake", continuous_usage=False)
     r = streaming.measure(be, "hi", 7)
-    assert r["status"] == "ok" and r["output_tokens"] == 7 and r["token_source"] == "usage+chars"
-    assert sum(c[1] for c in r["chunks"]) == 7
+    assert r.status == "ok" and r.output_tokens == 7 and r.token_source == "usage+chars"
+    assert sum(c[1] for c in r.chunks) == 7
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "chat"])
@@ -148,39 +137,39 @@ def test_ollama_ndjson_client_and_server_timing(srv, endpoint):
     server-side durations fit inside the client-side ones."""
     be = ollama_api.ollama_backend("fake", host=srv.url, endpoint=endpoint)
     r = streaming.measure(be, "hi", 6)
-    assert r["status"] == "ok", r["error"]
-    assert r["output_tokens"] == 6 and r["token_source"] == "usage" and len(r["chunks"]) == 6
-    sv = r["server"]
+    assert r.status == "ok", r.error
+    assert r.output_tokens == 6 and r.token_source == "usage" and len(r.chunks) == 6
+    sv = r.server
     assert sv["eval_count"] == 6 and sv["prompt_eval_count"] == 1
     m = metrics.request_metrics(r)
-    assert sv["total_s"] <= (r["t_end"] - r["t_sent"]) + 1e-3
+    assert sv["total_s"] <= (r.t_end - r.t_sent) + 1e-3
     assert sv["prompt_eval_s"] == pytest.approx(0.05, abs=0.04)
     assert m["ttft_s"] >= sv["prompt_eval_s"] - 1e-3
 
 
 def test_errors_are_records_with_clear_messages(srv):
     r = streaming.measure(openai_api.openai_backend(srv.url, "gpt-nope"), "hi", 4)
-    assert r["status"] == "http_error" and r["http_status"] == 404 and "gpt-nope" in r["error"]
+    assert r.status == "http_error" and r.http_status == 404 and "gpt-nope" in r.error
     r = streaming.measure(ollama_api.ollama_backend("nope", host=srv.url), "hi", 4)
-    assert r["status"] == "http_error" and "not found" in r["error"]
+    assert r.status == "http_error" and "not found" in r.error
     srv.opts["fail_every"] = 1
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake"), "hi", 4)
-    assert r["status"] == "http_error" and r["http_status"] == 500 and "injected" in r["error"]
+    assert r.status == "http_error" and r.http_status == 500 and "injected" in r.error
     srv.opts.update(fail_every=0, streaming=False)
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake"), "hi", 4)
-    assert r["status"] == "error" and "text/event-stream" in r["error"] and "stream" in r["error"]
+    assert r.status == "error" and "text/event-stream" in r.error and "stream" in r.error
     srv.opts.update(streaming=True, break_after=2)
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake"), "hi", 8)
-    assert r["status"] == "broken_stream" and len(r["chunks"]) == 2  # what arrived is kept
+    assert r.status == "broken_stream" and len(r.chunks) == 2  # what arrived is kept
     r = streaming.measure(ollama_api.ollama_backend("fake", host=srv.url), "hi", 8)
-    assert r["status"] == "broken_stream" and len(r["chunks"]) == 2
+    assert r.status == "broken_stream" and len(r.chunks) == 2
     srv.opts.update(break_after=None, step_s=0.5)
     t = time.perf_counter()
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake", timeout_s=0.3), "hi", 8)
-    assert r["status"] == "timeout" and "read timeout" in r["error"] and time.perf_counter() - t < 2.0
-    assert len(r["chunks"]) == 1  # the first token arrived before the stall
+    assert r.status == "timeout" and "read timeout" in r.error and time.perf_counter() - t < 2.0
+    assert len(r.chunks) == 1  # the first token arrived before the stall
     r = streaming.measure(ollama_api.ollama_backend("fake", host=srv.url, timeout_s=0.3), "hi", 8)
-    assert r["status"] == "timeout" and len(r["chunks"]) == 1
+    assert r.status == "timeout" and len(r.chunks) == 1
 
 
 def test_read_timeout_is_between_chunks_and_total_is_optional(srv):
@@ -189,11 +178,11 @@ def test_read_timeout_is_between_chunks_and_total_is_optional(srv):
     srv.opts.update(step_s=0.05)
     be = openai_api.openai_backend(srv.url, "fake", timeout_s=0.3)
     r = streaming.measure(be, "hi", 12)  # about 0.6 s in all, never 0.3 s without a byte
-    assert r["status"] == "ok" and r["output_tokens"] == 12
+    assert r.status == "ok" and r.output_tokens == 12
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake", total_timeout_s=0.3), "hi", 12)
-    assert r["status"] == "timeout" and "total_timeout_s" in r["error"] and 3 <= len(r["chunks"]) < 12
+    assert r.status == "timeout" and "total_timeout_s" in r.error and 3 <= len(r.chunks) < 12
     r = streaming.measure(ollama_api.ollama_backend("fake", host=srv.url, timeout_s=0.3), "hi", 12)
-    assert r["status"] == "ok" and r["output_tokens"] == 12
+    assert r.status == "ok" and r.output_tokens == 12
 
 
 def test_fake_server_speaks_vllm_bench_request_format(srv):
@@ -214,9 +203,9 @@ def test_no_server_is_a_clear_error():
     with fake_server() as s:
         url = s.url  # a port that was just free and is closed again below
     r = streaming.measure(openai_api.openai_backend(url, "fake"), "hi", 4)
-    assert r["status"] == "connect_error" and "no server answers" in r["error"]
+    assert r.status == "connect_error" and "no server answers" in r.error
     r = streaming.measure(ollama_api.ollama_backend("fake", host=url), "hi", 4)
-    assert r["status"] == "connect_error"
+    assert r.status == "connect_error"
     with pytest.raises(streaming.ServerError, match="no server answers"):
         openai_api.check_openai_server(url)
     assert not ollama_api.ollama_available(url)
@@ -242,13 +231,13 @@ def test_transformers_streamer_times_every_token():
     set_threads()
     model, tok = load_llm("smollm2-135m")
     r = local.generate_timed(model, tok, "Count: one, two,", max_tokens=6, ignore_eos=True)
-    assert r["status"] == "ok" and r["output_tokens"] == 6 and r["token_source"] == "streamer"
-    times = [c[0] for c in r["chunks"]]
+    assert r.status == "ok" and r.output_tokens == 6 and r.token_source == "streamer"
+    times = [c[0] for c in r.chunks]
     assert len(times) == 6 and times == sorted(times) and times[0] > 0
-    assert r["t_end"] - r["t_sent"] >= times[-1]
+    assert r.t_end - r.t_sent >= times[-1]
     be = local.transformers_backend(model, tok)
     assert be.max_concurrency == 1
-    assert streaming.measure(be, "Hi", 2)["output_tokens"] <= 2
+    assert streaming.measure(be, "Hi", 2).output_tokens <= 2
 
 
 def test_usage_on_the_finish_chunk_is_the_total():
@@ -275,6 +264,6 @@ def test_usage_on_the_finish_chunk_is_the_total():
     import asyncio
 
     rec = asyncio.run(go())
-    assert rec["status"] == "ok" and rec["output_tokens"] == 3 and rec["token_source"] == "usage"
-    assert [k for _, k in rec["chunks"]] == [1, 1, 1]  # the empty finish chunk holds no token
+    assert rec.status == "ok" and rec.output_tokens == 3 and rec.token_source == "usage"
+    assert [k for _, k in rec.chunks] == [1, 1, 1]  # the empty finish chunk holds no token
     assert len(metrics.request_metrics(rec)["itl_s"]) == 2

@@ -3,26 +3,29 @@
 
 Usage (chapter 05 uses the same two calls)::
 
-    from labkit.serving import loadgen
-    s = loadgen.run("http://127.0.0.1:8000", n_requests=16, concurrency=4, model="smollm2",
-                    max_tokens=32, ignore_eos=True)
+    from labkit.serving.loadgen import ClientSpec, LoadSpec, run, sweep
+    client = ClientSpec(model="smollm2", ignore_eos=True)
+    s = run("http://127.0.0.1:8000", LoadSpec(n_requests=16, concurrency=4, max_tokens=32), client)
     print(s["median_ttft_ms"], s["p99_itl_ms"], s["output_throughput"], s["status_counts"])
-    rows = loadgen.sweep("http://127.0.0.1:8000", concurrencies=(1, 2, 4, 8), model="smollm2")
+    rows = sweep("http://127.0.0.1:8000", (1, 2, 4, 8), LoadSpec(max_tokens=32), client)
 
-``run`` returns :func:`labkit.serving.metrics.summarize`'s dict (vLLM-style keys such as ``p50_ttft_ms``,
-``p99_itl_ms``, ``output_throughput``) plus the run's settings and ``requests``, the list of request
-records (kept in memory, not in the summary file). ``target`` is a base URL (an OpenAI-compatible
-server; ``endpoint="completions"`` for ``/v1/completions``) or any :class:`labkit.serving.streaming.Backend`
-(Ollama, an in-process transformers model).
+A run is a target, a :class:`~labkit.serving.loadspec.LoadSpec` (what to send, how to pace it) and,
+for a URL, a :class:`~labkit.serving.loadspec.ClientSpec` (model, endpoint, timeouts). ``run``
+returns :func:`labkit.serving.metrics.summarize`'s dict (vLLM-style keys such as ``p50_ttft_ms``,
+``p99_itl_ms``, ``output_throughput``) plus the run's settings and ``requests``, the list of
+:class:`~labkit.serving.records.RequestRecord` (kept in memory, not in the summary file).
+``target`` is a base URL (an OpenAI-compatible server) or any
+:class:`labkit.serving.streaming.Backend` (Ollama, an in-process transformers model).
 
-* Closed loop (``rate=None``): ``concurrency`` requests in flight at all times, a new one sent as
+* Closed loop (no ``rate``): ``concurrency`` requests in flight at all times, a new one sent as
   soon as one finishes: what a fixed pool of users does.
-* Open loop (``rate=`` requests/s): arrivals at gamma-distributed gaps with shape ``burstiness``
+* Open loop (``rate`` requests/s): arrivals at gamma-distributed gaps with shape ``burstiness``
   (1 = Poisson; below 1 burstier, above 1 more regular), as ``vllm bench serve`` does; they do not
   wait for earlier answers. No cap on requests in flight unless ``concurrency`` asks for one; time
   spent waiting for the cap is the record's ``queue_s`` and, as in vLLM, is not part of TTFT.
 * ``warmup`` requests go first, one at a time, and are left out of the figures.
-* ``out=DIR`` writes ``DIR/LABEL.jsonl`` (one line per request the moment it finishes: a killed run
+* ``out=DIR`` writes ``DIR/LABEL.jsonl`` (one line per request the moment it finishes, by
+  :meth:`RequestRecord.to_json <labkit.serving.records.RequestRecord.to_json>`: a killed run
   keeps what finished) and ``DIR/LABEL.json`` (the summary).
 * Bounded: ``n_requests`` total; per request ``timeout_s`` without data (a read timeout between
   chunks) and optionally ``total_timeout_s``; ``max_duration_s`` for the whole run: requests not
@@ -36,18 +39,23 @@ import contextlib
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal, NamedTuple
 
 from ..paths import DATA
 from . import metrics
+from .loadspec import ClientSpec, LoadSpec, Prompt
+from .loadspec import default_requests as default_requests  # re-exported: callers use loadgen's
+from .metrics import Summary
 from .openai_api import check_openai_server, openai_backend
+from .records import RequestRecord
 from .streaming import Backend, ServerError, run_sync
 
 PROMPTS_DIR = DATA / "prompts"
 
 
-def load_prompts(name: str = "mixed") -> list[dict[str, Any]]:
+def load_prompts(name: str = "mixed") -> list[Prompt]:
     """The shipped prompt set ``data/prompts/NAME.jsonl``: dicts with ``id``, ``prompt``, ``kind``
     (short question, medium instruction, long passage: varied input lengths)."""
     path = PROMPTS_DIR / f"{name}.jsonl"
@@ -59,7 +67,7 @@ def load_prompts(name: str = "mixed") -> list[dict[str, Any]]:
 
 
 def synthetic_requests(n: int, input_tokens: int = 128, output_tokens: int = 32, range_ratio: float = 0.0,
-                       tokenizer: Any = None, seed: int = 0) -> list[dict[str, Any]]:
+                       tokenizer: Any = None, seed: int = 0) -> list[Prompt]:
     """``n`` requests with input and output lengths drawn uniformly from ``[len*(1-r), len*(1+r)]``
     (vLLM's "random" dataset). Prompts are words from the shipped prompt set; with ``tokenizer``
     they are cut to the exact token count, without it a word counts as 1.3 tokens. Each dict has
@@ -85,102 +93,102 @@ def synthetic_requests(n: int, input_tokens: int = 128, output_tokens: int = 32,
             text = tokenizer.decode(ids[:n_in])
         else:
             text = " ".join(take[: max(1, int(n_in / 1.3))])
-        out.append({"id": f"synthetic-{i}", "prompt": text, "max_tokens": max(1, n_out),
-                    "input_tokens": n_in})
+        out.append(Prompt(id=f"synthetic-{i}", prompt=text, max_tokens=max(1, n_out), input_tokens=n_in))
     return out
 
 
 def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
-    """Send times (seconds from the start) of ``n`` open-loop requests at ``rate`` per second: gaps
-    drawn from a gamma distribution with shape ``burstiness`` and mean ``1/rate`` (shape 1 is an
-    exponential: Poisson arrivals). The first request goes at 0."""
+    """Send times (seconds from the start) of ``n`` open-loop requests at ``rate`` per second, the
+    first at 0: :func:`labkit.serving.arrivals.arrival_times` (gamma gaps of shape ``burstiness``)."""
+    from .arrivals import arrival_times as times
+
+    return times(n, rate, burstiness, seed).tolist()
+
+
+class _Planned(NamedTuple):
+    """One request of a run's plan: its number, text, prompt id in its set, tokens to ask for."""
+
+    id: int | str
+    prompt: str
+    prompt_id: int | str | None
+    max_tokens: int
+
+
+def _plan(spec: LoadSpec) -> list[_Planned]:
     import numpy as np
 
-    if rate <= 0 or burstiness <= 0:
-        raise ValueError(f"rate and burstiness must be positive, got {rate}, {burstiness}")
-    gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
-    return [0.0] + np.cumsum(gaps[:-1]).tolist() if n else []
+    items = [p if isinstance(p, dict) else Prompt(prompt=str(p)) for p in (spec.prompts or load_prompts())]
+    order = np.random.default_rng(spec.seed).permutation(len(items)).tolist()
+    picks = [items[order[i % len(items)]] for i in range(spec.requests)]
+    return [_Planned(i, p["prompt"], p.get("id"), int(p.get("max_tokens") or spec.max_tokens))
+            for i, p in enumerate(picks)]
 
 
-def _plan(prompts: Sequence[Any] | None, n: int, max_tokens: int, seed: int) -> list[dict[str, Any]]:
-    import numpy as np
-
-    items = [p if isinstance(p, dict) else {"prompt": str(p)} for p in (prompts or load_prompts())]
-    if not items:
-        raise ValueError("the prompt list is empty")
-    order = np.random.default_rng(seed).permutation(len(items)).tolist()
-    picks = [items[order[i % len(items)]] for i in range(n)]
-    return [{"id": i, "prompt": p["prompt"], "prompt_id": p.get("id"),
-             "max_tokens": int(p.get("max_tokens") or max_tokens)} for i, p in enumerate(picks)]
-
-
-def _backend(target: str | Backend, model: str | None, **kwargs: Any) -> Backend:
+def _backend(target: str | Backend, client: ClientSpec | None) -> Backend:
     if isinstance(target, Backend):
+        if client is not None:
+            raise ValueError(f"{target.name} is a Backend: it brings its own client settings. Pass "
+                             "them to openai_backend/ollama_backend, or pass the server's URL with this "
+                             "ClientSpec")
         return target
+    client = client or ClientSpec()
+    model = client.model
     if model is None:
         names = check_openai_server(target)
         if len(names) != 1:
-            raise ServerError(f"{target} serves {names}: pass model= to choose one")
+            raise ServerError(f"{target} serves {names}: pass ClientSpec(model=...) to choose one")
         model = names[0]
-    return openai_backend(target, model, **kwargs)
+    return openai_backend(target, model, endpoint=client.endpoint, tokenizer=client.tokenizer,
+                          ignore_eos=client.ignore_eos, timeout_s=client.timeout_s,
+                          total_timeout_s=client.total_timeout_s)
 
 
-def _jsonable(rec: dict[str, Any], t0: float) -> dict[str, Any]:
-    """A record as one JSONL line: times relative to the run's start, figures added."""
-    m = metrics.request_metrics(rec) if rec["status"] == "ok" else {}
-    line = dict(rec)
-    for k in ("t_sent", "t_end"):
-        if line.get(k) is not None:
-            line[k] = line[k] - t0
-    line["text"] = (line.get("text") or "")[:300]
-    line.update({k: m.get(k) for k in ("ttft_s", "tpot_s", "e2e_s", "itl_s")})
-    return line
-
-
-async def _execute(backend: Backend, plan: list[dict[str, Any]], concurrency: int | None, rate: float | None,
-                   burstiness: float, warmup: int, max_duration_s: float | None, seed: int,
-                   sink: Any, progress: bool, label: str) -> tuple[list[dict[str, Any]], float]:
+async def _execute(backend: Backend, plan: list[_Planned], spec: LoadSpec, sink: IO[str] | None,
+                   progress: bool, label: str) -> tuple[list[RequestRecord], float]:
     from tqdm import tqdm
 
-    records: list[dict[str, Any]] = []
+    concurrency, rate, burstiness, seed = spec.in_flight, spec.rate, spec.burstiness, spec.seed
+    max_duration_s = spec.max_duration_s
+    records: list[RequestRecord] = []
     async with backend.session() as session:
 
-        async def one(req: dict[str, Any], phase: str, t_arrival: float) -> dict[str, Any]:
+        async def one(req: _Planned, phase: Literal["run", "warmup"], t_arrival: float) -> RequestRecord:
             try:
-                rec = await backend.send(session, req["prompt"], req["max_tokens"])
+                rec = await backend.send(session, req.prompt, req.max_tokens)
             except Exception as e:  # noqa: BLE001 - a client bug must not lose the run
-                rec = {"status": "error", "error": f"{type(e).__name__}: {e}", "t_sent": t_arrival,
-                       "t_end": time.perf_counter(), "chunks": []}
-            rec.update({"id": req["id"], "prompt_id": req["prompt_id"], "phase": phase,
-                        "max_tokens": req["max_tokens"], "queue_s": max(0.0, rec["t_sent"] - t_arrival)})
+                rec = RequestRecord(backend=backend.name, error=f"{type(e).__name__}: {e}", t_sent=t_arrival,
+                                    t_end=time.perf_counter())
+            rec.id, rec.prompt_id, rec.phase, rec.max_tokens = req.id, req.prompt_id, phase, req.max_tokens
+            rec.queue_s = max(0.0, rec.t_sent - t_arrival)
             return rec
 
-        for i in range(warmup):
-            w = await one(plan[i % len(plan)] | {"id": f"warmup-{i}"}, "warmup", time.perf_counter())
+        for i in range(spec.warmup):
+            w = await one(plan[i % len(plan)]._replace(id=f"warmup-{i}"), "warmup", time.perf_counter())
             if sink:
-                sink.write(json.dumps(_jsonable(w, w["t_sent"])) + "\n")
-            if w["status"] != "ok":
-                raise ServerError(f"the warm-up request failed ({w['status']}): {w['error']}")
+                sink.write(w.to_json(w.t_sent) + "\n")
+            if w.status != "ok":
+                raise ServerError(f"the warm-up request failed ({w.status}): {w.error}")
 
         bar = tqdm(total=len(plan), desc=label, disable=not progress, unit="req", leave=True)
         t0 = time.perf_counter()
         deadline = t0 + max_duration_s if max_duration_s else float("inf")
 
-        def done(rec: dict[str, Any]) -> None:
+        def done(rec: RequestRecord) -> None:
             records.append(rec)
             if sink:
-                sink.write(json.dumps(_jsonable(rec, t0)) + "\n")
+                sink.write(rec.to_json(t0) + "\n")
                 sink.flush()
             bar.update(1)
-            bad = sum(r["status"] != "ok" for r in records)
+            bad = sum(r.status != "ok" for r in records)
             if bad:
                 bar.set_postfix(failed=bad)
 
-        def not_sent(req: dict[str, Any]) -> dict[str, Any]:
+        def not_sent(req: _Planned) -> RequestRecord:
             now = time.perf_counter()
-            return {"id": req["id"], "prompt_id": req["prompt_id"], "phase": "run", "status": "not_sent",
-                    "error": f"max_duration_s={max_duration_s} reached before it was sent", "t_sent": now,
-                    "t_end": now, "chunks": [], "max_tokens": req["max_tokens"], "queue_s": 0.0}
+            return RequestRecord(backend=backend.name, status="not_sent", t_sent=now, t_end=now,
+                                 error=f"max_duration_s={max_duration_s} reached before it was sent",
+                                 id=req.id, prompt_id=req.prompt_id, phase="run", max_tokens=req.max_tokens,
+                                 queue_s=0.0)
 
         if rate is None:  # closed loop
             pending = list(reversed(plan))
@@ -197,7 +205,7 @@ async def _execute(backend: Backend, plan: list[dict[str, Any]], concurrency: in
         else:  # open loop
             cap = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
 
-            async def capped(req: dict[str, Any], t_arrival: float) -> None:
+            async def capped(req: _Planned, t_arrival: float) -> None:
                 async with cap:
                     done(await one(req, "run", t_arrival))
 
@@ -211,65 +219,54 @@ async def _execute(backend: Backend, plan: list[dict[str, Any]], concurrency: in
                     continue
                 tasks.append(asyncio.create_task(capped(req, time.perf_counter())))
             await asyncio.gather(*tasks)
-        sent = [r for r in records if r["status"] != "not_sent"]
-        duration = (max(r["t_end"] for r in sent) - t0) if sent else 0.0
+        sent = [r for r in records if r.status != "not_sent"]
+        duration = (max(r.t_end or r.t_sent for r in sent) - t0) if sent else 0.0
         bar.close()
     for r in records:
-        r["t_run_start"] = t0
-    records.sort(key=lambda r: r["id"])
+        r.t_run_start = t0
+    records.sort(key=lambda r: int(r.id or 0))  # run requests are numbered 0, 1, ...
     return records, duration
 
 
-def run(target: str | Backend, n_requests: int = 16, concurrency: int | None = None, *,
-        model: str | None = None, rate: float | None = None, burstiness: float = 1.0,
-        prompts: Sequence[Any] | None = None, max_tokens: int = 32, warmup: int = 1,
-        slo: dict[str, float] | None = None, out: str | Path | None = None, label: str | None = None,
-        progress: bool = True, max_duration_s: float | None = None, timeout_s: float = 120.0,
-        endpoint: str = "chat", ignore_eos: bool = False, tokenizer: Any = None, seed: int = 0,
-        check: bool = True, total_timeout_s: float | None = None) -> dict[str, Any]:
-    """Send ``n_requests`` streamed requests to ``target`` and summarize them (see the module
-    docstring). ``concurrency``: requests in flight in a closed loop (default 1), a cap in an open
-    loop (``rate=``, default none); ``prompts``: strings or dicts with ``prompt`` (and optional
-    ``max_tokens``), default the shipped set; ``slo``: goodput limits in ms (``{"ttft_ms": 500,
-    "tpot_ms": 100}``); times in seconds; ``check``: fail fast with :class:`ServerError` when the
-    server is absent or lacks ``model``. ``ValueError`` naming the argument for a bad value."""
-    for arg, v, low in (("n_requests", n_requests, 1), ("concurrency", concurrency, 1),
-                        ("max_tokens", max_tokens, 1), ("warmup", warmup, 0)):
-        if v is not None and (not isinstance(v, int) or v < low):
-            raise ValueError(f"{arg} must be a whole number >= {low}, got {v!r}")
-    for arg, x in (("rate", rate), ("burstiness", burstiness), ("max_duration_s", max_duration_s),
-                   ("timeout_s", timeout_s), ("total_timeout_s", total_timeout_s)):
-        if x is not None and not x > 0:
-            raise ValueError(f"{arg} must be a positive number, got {x!r}")
-    concurrency = (concurrency or 1) if rate is None else concurrency
-    be = _backend(target, model, endpoint=endpoint, ignore_eos=ignore_eos, timeout_s=timeout_s,
-                  total_timeout_s=total_timeout_s, tokenizer=tokenizer)
+def run(target: str | Backend, spec: LoadSpec | None = None, client: ClientSpec | None = None, *,
+        slo: Mapping[str, float] | None = None, out: str | Path | None = None, label: str | None = None,
+        progress: bool = True, check: bool = True) -> Summary:
+    """Send the requests ``spec`` describes (default ``LoadSpec()``: 8 requests, one at a time) to
+    ``target`` and summarize them (see the module docstring). ``client``: how to reach a URL
+    target (default: its only model, chat endpoint); ``slo``: goodput limits in ms
+    (``{"ttft_ms": 500, "tpot_ms": 100}``); ``out``: a folder for ``LABEL.jsonl`` and
+    ``LABEL.json`` (``label`` default ``c<concurrency>`` or ``rate<rate>``); ``check``: fail fast
+    with :class:`ServerError` when the server is absent or lacks the model. ``ValueError`` saying
+    what to pass when the target cannot take the concurrency asked for."""
+    spec = spec or LoadSpec()
+    concurrency = spec.in_flight
+    be = _backend(target, client)
     if be.max_concurrency is not None and (concurrency is None or concurrency > be.max_concurrency):
         raise ValueError(f"{be.name} serves at most {be.max_concurrency} request(s) at a time; "
-                         f"use concurrency={be.max_concurrency}")
+                         f"use LoadSpec(concurrency={be.max_concurrency})")
     if check and be.check is not None:
         be.check()
-    plan = _plan(prompts, n_requests, max_tokens, seed)
-    label = label or (f"c{concurrency}" if rate is None else f"rate{rate:g}")
-    sink = None
+    plan = _plan(spec)
+    label = label or (f"c{concurrency}" if spec.closed else f"rate{spec.rate:g}")
+    sink: IO[str] | None = None
     paths: dict[str, str] = {}
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
         paths = {"jsonl": str(Path(out) / f"{label}.jsonl"), "summary_json": str(Path(out) / f"{label}.json")}
         sink = open(paths["jsonl"], "w")  # noqa: SIM115 - closed below, also on errors
     try:
-        records, duration = run_sync(_execute(be, plan, concurrency, rate, burstiness, warmup, max_duration_s,
-                                              seed, sink, progress, label))
+        records, duration = run_sync(_execute(be, plan, spec, sink, progress, label))
     finally:
         if sink:
             sink.close()
-    s = metrics.summarize([r for r in records if r["status"] != "not_sent"], duration_s=duration, slo=slo)
-    s["status_counts"]["not_sent"] = sum(r["status"] == "not_sent" for r in records)
-    s.update({"label": label, "backend": be.name, "mode": "closed" if rate is None else "open",
-              "concurrency": concurrency, "rate": rate, "burstiness": burstiness if rate else None,
-              "max_tokens": max_tokens, "warmup": warmup, "n_planned": n_requests,
-              "accounted": len(records) == n_requests and sum(s["status_counts"].values()) == n_requests,
-              **paths})
+    s = metrics.summarize([r for r in records if r.status != "not_sent"], duration_s=duration, slo=slo)
+    s["status_counts"]["not_sent"] = sum(r.status == "not_sent" for r in records)
+    n = spec.requests
+    s.update({"label": label, "backend": be.name, "mode": "closed" if spec.closed else "open",
+              "concurrency": concurrency, "rate": spec.rate,
+              "burstiness": None if spec.closed else spec.burstiness, "max_tokens": spec.max_tokens,
+              "warmup": spec.warmup, "n_planned": n,
+              "accounted": len(records) == n and sum(s["status_counts"].values()) == n, **paths})
     if paths:
         with open(paths["summary_json"], "w") as f:
             json.dump(s, f, indent=1, default=float)
@@ -277,29 +274,27 @@ def run(target: str | Backend, n_requests: int = 16, concurrency: int | None = N
     return s
 
 
-def default_requests(concurrency: int) -> int:
-    """Requests a closed-loop level sends by default: ``max(8, 2 × concurrency)``, so every slot is
-    refilled at least once and a percentile is over at least 8 requests."""
-    return max(8, 2 * concurrency)
-
-
-def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8),
-          n_requests: int | Mapping[int, int] | None = None, warmup: int = 1,
-          **kwargs: Any) -> list[dict[str, Any]]:
-    """:func:`run` at each concurrency in turn (closed loop); ``n_requests`` is one count for every
-    level or a concurrency -> count mapping, defaulting to :func:`default_requests`; only the
-    first level warms up. A list of summaries."""
-    out = []
+def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8), spec: LoadSpec | None = None,
+          client: ClientSpec | None = None, *, n_requests: Mapping[int, int] | None = None,
+          slo: Mapping[str, float] | None = None, out: str | Path | None = None,
+          progress: bool = True) -> list[Summary]:
+    """:func:`run` at each concurrency in turn (closed loop), with ``spec`` for everything else.
+    Requests per level: ``n_requests[c]`` where given, else ``spec.n_requests`` for every level,
+    else :func:`default_requests`; only the first level warms up and checks the server. A list of
+    summaries. ``ValueError`` when ``spec`` sets ``rate`` or ``concurrency`` (each level sets them)."""
+    spec = spec or LoadSpec()
+    if not spec.closed or spec.concurrency is not None:
+        raise ValueError("sweep runs one closed loop per concurrency: leave rate and concurrency out "
+                         "of its LoadSpec (use run for an open loop)")
+    out_runs = []
     for i, c in enumerate(concurrencies):
-        if isinstance(n_requests, Mapping):
-            n = n_requests.get(c) or default_requests(c)
-        else:
-            n = n_requests or default_requests(c)
-        out.append(run(target, n, c, warmup=warmup if i == 0 else 0, check=(i == 0), **kwargs))
-    return out
+        level = replace(spec, concurrency=c, n_requests=(n_requests or {}).get(c) or spec.n_requests,
+                        warmup=spec.warmup if i == 0 else 0)
+        out_runs.append(run(target, level, client, slo=slo, out=out, progress=progress, check=(i == 0)))
+    return out_runs
 
 
-def knee_table(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def knee_table(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
     """One row per run: concurrency, aggregate output tokens/s, P50/P99 TTFT and TPOT (ms), per-user
     tokens/s (1 / median TPOT), and how many requests and failures each row is over."""
     return [{"concurrency": s["concurrency"], "output_tok_s": s["output_throughput"],

@@ -9,12 +9,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .records import fail, new_record
+from .records import RequestRecord, fail, new_record
 from .streaming import Backend
 
 
 def generate_timed(model: Any, tokenizer: Any, prompt: str, max_tokens: int = 32,
-                   chat: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
+                   chat: bool = True, ignore_eos: bool = False) -> RequestRecord:
     """Greedy-generate up to ``max_tokens`` for ``prompt`` and time every token (a request record).
 
     The clock starts before tokenization (a server's TTFT includes it too); a streamer receives
@@ -58,14 +58,14 @@ def generate_timed(model: Any, tokenizer: Any, prompt: str, max_tokens: int = 32
             model.generate(**enc, max_new_tokens=max_tokens, do_sample=False, streamer=Stamp(),
                            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, **extra)
     except Exception as e:  # noqa: BLE001 - recorded, not lost: the record says what failed
-        rec["t_end"] = time.perf_counter()
+        rec.t_end = time.perf_counter()
         return fail(rec, "error", f"{type(e).__name__}: {e}")
-    rec["t_end"] = time.perf_counter()
-    rec["chunks"] = [[t - rec["t_sent"], 1] for t in times]
-    rec["output_tokens"], rec["token_source"] = len(ids), "streamer"
-    rec["prompt_tokens"] = int(enc["input_ids"].shape[-1])
-    rec["text"] = tokenizer.decode(ids, skip_special_tokens=True)
-    rec["status"] = "ok"
+    rec.t_end = time.perf_counter()
+    rec.chunks = [(t - rec.t_sent, 1) for t in times]
+    rec.output_tokens, rec.token_source = len(ids), "streamer"
+    rec.prompt_tokens = int(enc["input_ids"].shape[-1])
+    rec.text = tokenizer.decode(ids, skip_special_tokens=True)
+    rec.status = "ok"
     return rec
 
 
@@ -77,7 +77,7 @@ def transformers_backend(model: Any, tokenizer: Any, chat: bool = True, ignore_e
     async def session() -> AsyncIterator[None]:
         yield None
 
-    async def send(_: Any, prompt: str, max_tokens: int) -> dict[str, Any]:
+    async def send(_: Any, prompt: str, max_tokens: int) -> RequestRecord:
         return await asyncio.to_thread(generate_timed, model, tokenizer, prompt, max_tokens, chat, ignore_eos)
 
     return Backend(name=f"transformers {getattr(model, 'name_or_path', '')}", session=session,

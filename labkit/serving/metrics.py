@@ -3,26 +3,20 @@
 Definitions follow vLLM's ``vllm bench serve`` (``vllm/benchmarks/serve.py``), the tool the field
 treats as the reference; where other tools differ it is said next to the definition.
 
-A *request record* is the plain dict every backend in :mod:`labkit.serving.streaming` returns::
-
-    {"status": "ok",                # or http_error, timeout, broken_stream, connect_error, error
-     "error": None,                 # what went wrong, in words
-     "t_sent": 12.5,                # time.perf_counter() when the request left (seconds)
-     "t_end": 14.1,                 # ... when the stream closed
-     "chunks": [[0.21, 1], [0.26, 2], ...],  # [seconds after t_sent, tokens in this chunk]
-     "output_tokens": 32, "prompt_tokens": 18, "token_source": "usage-continuous",
-     "note": None, ...}             # what was odd about a request still counted ok
-
-Only chunks that carry generated output are kept (text, reasoning, tool-call deltas, or a rise in
-the server's token count): role-only chunks, empty ones, keep-alives and the final usage chunk
-never are. :func:`request_metrics` turns one record into numbers, :func:`summarize`
-many records into a vLLM-style summary dict (``median_ttft_ms``, ``p99_itl_ms``, ...).
+A *request record* is the :class:`labkit.serving.records.RequestRecord` every backend in
+:mod:`labkit.serving.streaming` returns (its fields and their units are documented there): the
+send and close times (seconds) and the chunks that carried generated output, each as (seconds
+after sending, tokens in it). :func:`request_metrics` turns one record into numbers
+(:class:`RequestFigures`), :func:`summarize` many records into a vLLM-style summary dict
+(``median_ttft_ms``, ``p99_itl_ms``, ...): a plain dict, because its keys follow the percentiles
+asked for and the load generator adds its run's settings.
 
 Example::
 
     from labkit.serving import metrics
-    rec = {"status": "ok", "t_sent": 0.0, "t_end": 0.5, "chunks": [[0.2, 1], [0.3, 1], [0.5, 2]],
-           "output_tokens": 4}
+    from labkit.serving.records import RequestRecord
+    rec = RequestRecord(status="ok", t_sent=0.0, t_end=0.5, chunks=[(0.2, 1), (0.3, 1), (0.5, 2)],
+                        output_tokens=4)
     metrics.request_metrics(rec)   # ttft_s 0.2, e2e_s 0.5, tpot_s 0.1, itl_s [0.1, 0.1, 0.1]
     print(metrics.format_report(metrics.summarize([rec])))
 """
@@ -31,15 +25,22 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from ..stats import summary
+from ..table import format_rows  # noqa: F401 - notebooks 06 and 08 still import it from here
+from .figures import RequestFigures, timeline_figures
+from .records import RequestRecord
 
 STATUSES = ("ok", "http_error", "timeout", "broken_stream", "connect_error", "error")
 PERCENTILES = (50, 90, 99)
 NAN = float("nan")
+#: A :func:`summarize` dict (open-ended: keys per percentile asked for, plus what a caller adds).
+Summary = dict[str, Any]
 
 
-def request_metrics(rec: dict[str, Any]) -> dict[str, Any]:
+def request_metrics(rec: RequestRecord) -> RequestFigures:
     """Per-request figures (seconds, tokens, tokens/s) of one request record.
 
     * ``ttft_s``: first chunk that carries a token minus ``t_sent`` (a chunk whose count is 0, such
@@ -61,60 +62,17 @@ def request_metrics(rec: dict[str, Any]) -> dict[str, Any]:
     * ``tps``: decode speed as the tutorial means TPS, tokens/s after the first token = 1 / TPOT.
     * ``output_tokens_per_s``: output tokens / E2E, what one user receives on average.
     """
-    chunks = rec.get("chunks") or []
-    t_sent = rec.get("t_sent", 0.0)
-    counts = [c[1] for c in chunks]
-    known = bool(chunks) and all(isinstance(k, int) for k in counts)
-    n_out = rec.get("output_tokens")
-    if n_out is None and known:
-        n_out = sum(counts)
-    bearing = [c for c in chunks if c[1] is None or c[1] > 0] or chunks
-    if bearing:
-        ttft, e2e = bearing[0][0], bearing[-1][0]
-    else:
-        ttft, e2e = NAN, rec.get("t_end", t_sent) - t_sent
-    gaps = [b[0] - a[0] for a, b in zip(bearing, bearing[1:], strict=False)]
-    itl: list[float] = []
-    if known:  # gaps run from the previous chunk that carried tokens: empty chunks lose no time
-        prev_t = None
-        for t, k in chunks:
-            if k > 0:
-                if prev_t is not None:
-                    itl += [(t - prev_t) / k] * k
-                prev_t = t
-    tpot = (e2e - ttft) / (n_out - 1) if n_out and n_out > 1 and chunks else NAN
-    return {
-        "ttft_s": ttft,
-        "e2e_s": e2e,
-        "tpot_s": tpot,
-        "itl_s": itl,
-        "chunk_gaps_s": gaps,
-        "output_tokens": n_out,
-        "tps": 1.0 / tpot if tpot and tpot > 0 else NAN,
-        "output_tokens_per_s": n_out / e2e if n_out and e2e > 0 else NAN,
-    }
+    return timeline_figures(rec.chunks, rec.t_sent, rec.t_end, rec.output_tokens)
 
 
 def stats(values: Iterable[float], percentiles: Sequence[float] = PERCENTILES) -> dict[str, float]:
     """``n``, ``mean``, ``std``, ``median`` and ``p<q>`` of ``values`` (NaNs dropped) with numpy's
-    default (linear) percentile, as vLLM does. Empty input gives ``n`` 0 and NaN figures, never 0."""
-    import numpy as np
-
-    a = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    out: dict[str, float] = {"n": int(a.size)}
-    if a.size == 0:
-        return out | {"mean": NAN, "std": NAN, "median": NAN} | {f"p{_pword(p)}": NAN for p in percentiles}
-    out |= {"mean": float(a.mean()), "std": float(a.std()), "median": float(np.median(a))}
-    for p in percentiles:
-        out[f"p{_pword(p)}"] = float(np.percentile(a, p))
-    return out
+    default (linear) percentile, as vLLM does. Empty input gives ``n`` 0 and NaN figures, never 0
+    (:func:`labkit.stats.summary`)."""
+    return summary(values, percentiles)
 
 
-def _pword(p: float) -> str:
-    return str(int(p)) if int(p) == p else str(p)
-
-
-def meets_slo(m: dict[str, Any], slo: dict[str, float]) -> bool | None:
+def meets_slo(m: RequestFigures, slo: Mapping[str, float]) -> bool | None:
     """Whether one request's figures (from :func:`request_metrics`) meet every limit in ``slo``:
     keys ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (milliseconds, as ``vllm bench serve --goodput``).
     An output of at most one token has TPOT 0 for this purpose, as in vLLM. ``None`` when a figure
@@ -133,11 +91,11 @@ def meets_slo(m: dict[str, Any], slo: dict[str, float]) -> bool | None:
 
 
 def summarize(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[RequestRecord],
     duration_s: float | None = None,
-    slo: dict[str, float] | None = None,
+    slo: Mapping[str, float] | None = None,
     percentiles: Sequence[float] = PERCENTILES,
-) -> dict[str, Any]:
+) -> Summary:
     """A vLLM-style summary of ``records`` (a run's requests).
 
     Keys: ``n_requests``, ``completed`` (status ok), ``failed``, ``status_counts``, ``duration``
@@ -155,18 +113,18 @@ def summarize(
     completed requests, as vLLM does; failures are counted, never dropped.
     """
     records = list(records)
-    counts = Counter(r.get("status", "error") for r in records)
-    ok = [r for r in records if r.get("status") == "ok"]
+    counts: Counter[str] = Counter(r.status for r in records)
+    ok = [r for r in records if r.status == "ok"]
     per = [request_metrics(r) for r in ok]
     if duration_s is None:
-        starts = [r["t_sent"] for r in records if "t_sent" in r]
-        ends = [r.get("t_end", r["t_sent"]) for r in records if "t_sent" in r]
+        starts = [r.t_sent for r in records]
+        ends = [r.t_sent if r.t_end is None else r.t_end for r in records]
         duration_s = (max(ends) - min(starts)) if starts else 0.0
     out_tokens = sum(m["output_tokens"] or 0 for m in per)
-    in_tokens = sum(r.get("prompt_tokens") or 0 for r in ok)
+    in_tokens = sum(r.prompt_tokens or 0 for r in ok)
     rate = (lambda x: x / duration_s if duration_s > 0 else NAN)
     judged = [meets_slo(m, slo) for m in per] if slo else []
-    s: dict[str, Any] = {
+    s: Summary = {
         "n_requests": len(records),
         "completed": len(ok),
         "failed": len(records) - len(ok),
@@ -199,7 +157,7 @@ def summarize(
     return s
 
 
-def format_report(s: dict[str, Any], title: str = "") -> str:
+def format_report(s: Summary, title: str = "") -> str:
     """Text table of a :func:`summarize` dict: each figure's mean/P50/P90/P99 in ms and how many
     values it is over, then throughput and the status of every request."""
     lines = [title] if title else []
@@ -225,18 +183,3 @@ def format_report(s: dict[str, Any], title: str = "") -> str:
         lines.append(f"warning      {s['output_tokens_unknown']} requests with unknown token counts "
                      "(no usage from the server and no tokenizer): TPOT/ITL leave them out")
     return "\n".join(lines)
-
-
-def format_rows(rows: Sequence[dict[str, Any]]) -> str:
-    """Plain-text table of result rows (dicts with the same keys; the keys are the header): floats
-    to one decimal, text left-aligned, numbers right-aligned. Chapters 02 and 05."""
-    if not rows:
-        return "(no rows)"
-    keys = list(rows[0])
-    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)
-    cells = [[fmt(r[k]) for k in keys] for r in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    left = [isinstance(rows[0][k], str) for k in keys]
-    line = lambda vals: "  ".join(v.ljust(w) if lj else v.rjust(w)
-                                  for v, w, lj in zip(vals, widths, left, strict=True))
-    return "\n".join([line(keys)] + [line(c) for c in cells])

@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from .records import fail, finish_record, new_record
+from .records import Part, RequestRecord, ServerTiming, Status, fail, finish_record, new_record
 from .streaming import Backend, ServerError
 
 OLLAMA_HOST = "http://127.0.0.1:11434"
@@ -29,7 +29,7 @@ def check_ollama(host: str = OLLAMA_HOST, model: str | None = None) -> list[str]
     import ollama
 
     try:
-        names = [m.model for m in ollama.Client(host=host, timeout=5.0).list().models]
+        names = [m.model for m in ollama.Client(host=host, timeout=5.0).list().models if m.model]
     except ConnectionError:
         raise ServerError(f"no Ollama server answers at {host}: install and start Ollama "
                           "(https://ollama.com/download), then `ollama pull MODEL`") from None
@@ -40,16 +40,14 @@ def check_ollama(host: str = OLLAMA_HOST, model: str | None = None) -> list[str]
     return names
 
 
-def ollama_server_timing(final: dict[str, Any]) -> dict[str, float | int | None]:
-    """Ollama's own figures from its last streamed object: nanosecond durations to seconds, plus
-    the server-side decode rate ``eval_count / eval_duration`` (tokens/s)."""
+def ollama_server_timing(final: dict[str, Any]) -> ServerTiming:
+    """Ollama's own figures from its last streamed object (a JSON object): nanosecond durations to
+    seconds, plus the server-side decode rate ``eval_count / eval_duration`` (tokens/s)."""
     ns = lambda k: final[k] / 1e9 if final.get(k) is not None else None
-    out = {"eval_count": final.get("eval_count"), "prompt_eval_count": final.get("prompt_eval_count"),
-           "eval_s": ns("eval_duration"), "prompt_eval_s": ns("prompt_eval_duration"),
-           "load_s": ns("load_duration"), "total_s": ns("total_duration")}
-    out["eval_tokens_per_s"] = (out["eval_count"] / out["eval_s"]
-                                if out["eval_count"] and out["eval_s"] else None)
-    return out
+    n, eval_s = final.get("eval_count"), ns("eval_duration")
+    return ServerTiming(eval_count=n, prompt_eval_count=final.get("prompt_eval_count"), eval_s=eval_s,
+                        prompt_eval_s=ns("prompt_eval_duration"), load_s=ns("load_duration"),
+                        total_s=ns("total_duration"), eval_tokens_per_s=n / eval_s if n and eval_s else None)
 
 
 def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generate",
@@ -57,7 +55,7 @@ def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generat
                    total_timeout_s: float | None = None) -> Backend:
     """A streaming client for Ollama's ``/api/generate`` or ``/api/chat`` through the official
     ``ollama`` Python client. ``max_tokens`` becomes ``options.num_predict``. The record's ``server``
-    dict holds Ollama's own timings (:func:`ollama_server_timing`); tokens come from its
+    holds Ollama's own timings (:func:`ollama_server_timing`); tokens come from its
     ``eval_count``. ``timeout_s``: read timeout between chunks; ``total_timeout_s``: optional bound
     on the whole request (seconds), as for :func:`labkit.serving.openai_api.openai_backend`."""
     import httpx
@@ -71,9 +69,9 @@ def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generat
     def session() -> Any:
         return ollama.AsyncClient(host=host, timeout=httpx.Timeout(timeout_s, connect=10.0))
 
-    async def send(client: Any, prompt: str, max_tokens: int) -> dict[str, Any]:
+    async def send(client: Any, prompt: str, max_tokens: int) -> RequestRecord:
         rec = new_record(name)
-        parts: list[tuple[float, str, int | None]] = []
+        parts: list[Part] = []
         final: dict[str, Any] = {}
         options = {"num_predict": max_tokens, "temperature": temperature}
         try:
@@ -94,11 +92,11 @@ def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generat
                     if obj.get("done"):
                         final = obj
             finish_record(rec, parts, final.get("eval_count"))
-            rec["prompt_tokens"] = final.get("prompt_eval_count")
-            rec["server"] = ollama_server_timing(final) if final else None
+            rec.prompt_tokens = final.get("prompt_eval_count")
+            rec.server = ollama_server_timing(final) if final else None
             if not final:
                 return fail(rec, "broken_stream", "the stream ended before Ollama's done=true object")
-            rec["status"] = "ok"
+            rec.status = "ok"
             return rec
         except ConnectionError:
             return fail(rec, "connect_error", f"no Ollama server answers at {host}: start Ollama "
@@ -107,8 +105,8 @@ def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generat
             return fail(rec, "connect_error", f"no Ollama server answers at {host} ({e})")
         except ollama.ResponseError as e:
             finish_record(rec, parts)
-            status = "http_error" if e.status_code and e.status_code > 0 else "error"
-            rec["http_status"] = e.status_code if e.status_code > 0 else None
+            status: Status = "http_error" if e.status_code and e.status_code > 0 else "error"
+            rec.http_status = e.status_code if e.status_code > 0 else None
             return fail(rec, status, f"Ollama answered {e.status_code}: {e.error}")
         except httpx.TimeoutException:
             finish_record(rec, parts)

@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any, NamedTuple
 
-from .records import error_text, fail, finish_record, new_record
+from .records import Part, RequestRecord, Status, error_text, fail, finish_record, new_record
 from .sse import SSEEvent, SSEParser
 from .streaming import Backend, ServerError, base_url_of
 
@@ -149,24 +149,24 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits)
 
-    async def send(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> dict[str, Any]:
+    async def send(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> RequestRecord:
         rec = new_record(name)
-        parts: list[tuple[float, str, int | None]] = []
+        parts: list[Part] = []
         total: int | None = None
         last_cum = 0
         done = finished = False
         body = request_body(model, prompt, max_tokens, endpoint, ignore_eos, continuous_usage, temperature,
                             extra_body)
 
-        def end(status: str, error: str = "", note: str | None = None) -> dict[str, Any]:
+        def end(status: Status, error: str = "", note: str | None = None) -> RequestRecord:
             finish_record(rec, parts, total, tokenizer)
-            rec["note"] = note
+            rec.note = note
             if status != "ok":
                 return fail(rec, status, error)
-            rec["status"] = "ok"
+            rec.status = "ok"
             return rec
 
-        def cut(status: str, error: str, what: str) -> dict[str, Any]:
+        def cut(status: Status, error: str, what: str) -> RequestRecord:
             if finished:  # every token arrived: ok, as vllm bench serve counts it
                 return end("ok", note=f"{what} after finish_reason, before [DONE]; counted ok")
             return end(status, error)
@@ -174,7 +174,7 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
         try:
             async with asyncio.timeout(total_timeout_s) as limit:
                 async with client.stream("POST", url, json=body) as r:
-                    rec["http_status"] = r.status_code
+                    rec.http_status = r.status_code
                     if r.status_code >= 400:
                         msg = error_text(await r.aread())
                         return fail(rec, "http_error", f"HTTP {r.status_code} from {url}: {msg}")
@@ -197,7 +197,7 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
                             if e.error is not None:
                                 return end("error", f"the server reported an error in the stream: {e.error}")
                             if e.prompt_tokens is not None:
-                                rec["prompt_tokens"] = e.prompt_tokens
+                                rec.prompt_tokens = e.prompt_tokens
                             if not e.choices:  # a usage-only chunk: the total
                                 total = e.tokens if e.tokens is not None else total
                                 continue

@@ -6,7 +6,7 @@ returns the matplotlib ``Axes`` it drew on.
 Example::
 
     from labkit.serving import loadgen, plots
-    runs = loadgen.sweep(url, concurrencies=(1, 2, 4, 8), model="smollm2")
+    runs = loadgen.sweep(url, (1, 2, 4, 8), client=loadgen.ClientSpec(model="smollm2"))
     plots.plot_knee(runs)
 """
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .metrics import request_metrics
+from .metrics import RequestFigures, Summary, request_metrics
 
 
-def _ok(s: dict[str, Any]) -> list[dict[str, Any]]:
-    return [request_metrics(r) for r in s.get("requests", []) if r.get("status") == "ok"]
+def _ok(s: Summary) -> list[RequestFigures]:
+    return [request_metrics(r) for r in s.get("requests", []) if r.status == "ok"]
 
 
 def _axes(ax: Any) -> Any:
@@ -39,7 +39,7 @@ def _long_tail(values: Sequence[float]) -> bool:
     return len(pos) > 1 and max(pos) > LOG_SPAN * min(pos)
 
 
-def plot_ttft_cdf(summaries: Sequence[dict[str, Any]], ax: Any = None) -> Any:
+def plot_ttft_cdf(summaries: Sequence[Summary], ax: Any = None) -> Any:
     """Empirical CDF of TTFT (ms), one line per run, with each run's P50 and P99 marked. The x axis
     is logarithmic when the TTFTs span more than a factor :data:`LOG_SPAN` (queueing at high
     concurrency), so the fast runs are not squeezed against the axis."""
@@ -63,7 +63,7 @@ def plot_ttft_cdf(summaries: Sequence[dict[str, Any]], ax: Any = None) -> Any:
     return ax
 
 
-def plot_itl_hist(summaries: Sequence[dict[str, Any]], ax: Any = None, bins: int = 40) -> Any:
+def plot_itl_hist(summaries: Sequence[Summary], ax: Any = None, bins: int = 40) -> Any:
     """Histogram (fractions) of per-token ITL (ms) pooled over each run's requests, on log-spaced
     bins and a log x axis: the steady decode gaps and the rare stalls (a prefill joining the batch,
     a preemption) are orders of magnitude apart, and on a linear axis one outlier bin dominates.
@@ -93,7 +93,7 @@ def plot_itl_hist(summaries: Sequence[dict[str, Any]], ax: Any = None, bins: int
     return ax
 
 
-def plot_knee(summaries: Sequence[dict[str, Any]], ax: Any = None) -> Any:
+def plot_knee(summaries: Sequence[Summary], ax: Any = None) -> Any:
     """Aggregate output tokens/s (left axis) and P99 TTFT and E2E latency (right axis, ms) against
     concurrency: throughput flattens while tail latency keeps climbing past the knee."""
     ax = _axes(ax)

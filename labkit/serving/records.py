@@ -1,49 +1,160 @@
 """The request record every streaming client returns, and how tokens are counted per chunk
 (chapter 02).
 
-A record is a plain dict (fields documented in :mod:`labkit.serving.metrics`). Tokens come from the
-server's own usage figures where it sends them (cumulative counts per chunk, or one total shared
-among chunks), else from a tokenizer on the cumulative text; chunks are never counted as tokens."""
+:class:`RequestRecord` is one request as measured: times in seconds (``time.perf_counter()`` while
+in memory; seconds after the run's start in the load generator's JSONL), token counts in tokens.
+Tokens come from the server's own usage figures where it sends them (cumulative counts per chunk,
+or one total shared among chunks), else from a tokenizer on the cumulative text; chunks are never
+counted as tokens. :mod:`labkit.serving.metrics` turns records into TTFT, TPOT, ITL and E2E."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from .figures import timeline_figures
+
+#: How a request ended. ``ok``: the answer arrived whole; ``http_error``: the server refused it
+#: (``http_status`` says how); ``timeout``: no data for the read timeout, or past the total one;
+#: ``broken_stream``: the stream ended or broke before the end; ``connect_error``: no server;
+#: ``error``: anything else (an error the server reported mid-stream, a non-streaming answer);
+#: ``not_sent``: the load generator's ``max_duration_s`` came first.
+Status = Literal["ok", "http_error", "timeout", "broken_stream", "connect_error", "error", "not_sent"]
+#: One chunk that carried output: (seconds after ``t_sent``, tokens in it; None when unknown).
+Chunk = tuple[float, int | None]
+#: One received chunk before counting: (``perf_counter`` time, its text, cumulative tokens or None).
+Part = tuple[float, str, int | None]
+#: Figures the JSONL line adds after the record's own fields (see :meth:`RequestRecord.to_json`).
+JSON_FIGURES = ("ttft_s", "tpot_s", "e2e_s", "itl_s")
 
 
-def new_record(backend: str) -> dict[str, Any]:
-    """An empty request record stamped with the send time (``time.perf_counter()``, seconds);
-    ``note`` says what was odd about a request that still counts as ok."""
-    return {"backend": backend, "status": "error", "error": None, "http_status": None,
-            "t_sent": time.perf_counter(), "t_end": None, "chunks": [], "output_tokens": None,
-            "prompt_tokens": None, "token_source": None, "text": "", "note": None}
+class ServerTiming(TypedDict):
+    """A server's own account of one request (Ollama's last streamed object): token counts and
+    seconds, plus its decode rate ``eval_tokens_per_s`` = ``eval_count / eval_s`` (tokens/s)."""
+
+    eval_count: int | None
+    prompt_eval_count: int | None
+    eval_s: float | None
+    prompt_eval_s: float | None
+    load_s: float | None
+    total_s: float | None
+    eval_tokens_per_s: float | None
 
 
-def finish_record(rec: dict[str, Any], parts: list[tuple[float, str, int | None]],
-                  total: int | None = None, tokenizer: Any = None) -> dict[str, Any]:
+@dataclass
+class RequestRecord:
+    """One streamed request as the client measured it. The fields, in the order the JSONL has them:
+
+    * ``backend``: the client that sent it (``"openai-chat"``, ``"openai-completions"``,
+      ``"ollama-generate"``, ``"ollama-chat"``, ``"transformers"``, or a load generator's backend name).
+    * ``status`` (:data:`Status`; "error" until a client says otherwise, so an unfinished record never
+      counts as ok), ``error`` (what went wrong and what to do, in words), ``http_status`` (the
+      server's HTTP code, None without an answer).
+    * ``t_sent``: when the request left (seconds, ``time.perf_counter()``; in JSONL, seconds after
+      the run's start); ``t_end``: when the stream closed (same clock; None while open).
+    * ``chunks``: the chunks that carried output, each (seconds after ``t_sent``, tokens in it: None
+      when unknown); role-only, empty and usage-only chunks and keep-alives are never kept.
+    * ``output_tokens`` / ``prompt_tokens``: tokens generated / in the prompt (None: unknown);
+      ``token_source``: where the counts came from (:func:`count_chunk_tokens`; ``"streamer"`` for
+      an in-process model, one token per chunk).
+    * ``text``: the generated text (cut to 300 characters in JSONL); ``note``: what was odd about a
+      request still counted ok; ``server``: the server's own timings (Ollama), else None.
+    * Set by the load generator (None otherwise): ``id`` (its request number, ``"warmup-N"`` for a
+      warm-up), ``prompt_id`` (the prompt's ``id`` in its set), ``phase`` (``"run"`` or
+      ``"warmup"``), ``max_tokens`` (asked for), ``queue_s`` (seconds from the request's arrival to
+      its send: waiting for a concurrency cap, never part of TTFT), ``t_run_start`` (the run's
+      ``perf_counter`` start; in memory only, never in JSONL).
+    """
+
+    backend: str = ""
+    status: Status = "error"
+    error: str | None = None
+    http_status: int | None = None
+    t_sent: float = 0.0
+    t_end: float | None = None
+    chunks: list[Chunk] = field(default_factory=list)
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    token_source: str | None = None
+    text: str = ""
+    note: str | None = None
+    server: ServerTiming | None = None
+    id: int | str | None = None
+    prompt_id: int | str | None = None
+    phase: Literal["run", "warmup"] | None = None
+    max_tokens: int | None = None
+    queue_s: float | None = None
+    t_run_start: float | None = None
+
+    def to_json(self, t0: float = 0.0, text_chars: int | None = 300) -> str:
+        """One JSONL line (no newline), as the load generator writes it: times less ``t0`` (the
+        run's start), ``text`` cut to ``text_chars`` characters, ``server`` only when present, no
+        ``t_run_start``; then the request's ``ttft_s``, ``tpot_s``, ``e2e_s`` (seconds) and
+        ``itl_s`` (list of seconds) as :func:`labkit.serving.metrics.request_metrics` defines them,
+        None unless ok. :meth:`from_json` reads it back."""
+        line: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "t_run_start" or (f.name == "server" and v is None):
+                continue
+            if f.name in ("t_sent", "t_end") and v is not None:
+                v -= t0
+            line[f.name] = v[:text_chars] if f.name == "text" and text_chars is not None else v
+        figures: Mapping[str, object] = {}
+        if self.status == "ok":
+            figures = timeline_figures(self.chunks, self.t_sent, self.t_end, self.output_tokens)
+        line |= {k: figures.get(k) for k in JSON_FIGURES}
+        return json.dumps(line)
+
+    @classmethod
+    def from_json(cls, line: str) -> RequestRecord:
+        """The record of one JSONL line written by :meth:`to_json` (times stay relative to the
+        run's start; the derived figures are dropped: :func:`~labkit.serving.metrics.request_metrics`
+        recomputes them). ``ValueError`` naming any field a record does not have."""
+        obj = json.loads(line)
+        if not isinstance(obj, dict):
+            raise ValueError(f"a request record line must be a JSON object, got {line[:80]!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(obj) - names - set(JSON_FIGURES)
+        if unknown:
+            raise ValueError(f"fields {sorted(unknown)} are not request-record fields; "
+                             f"a record has {sorted(names)}")
+        obj["chunks"] = [(t, k) for t, k in obj.get("chunks") or []]
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+
+def new_record(backend: str) -> RequestRecord:
+    """An empty request record stamped with the send time (``time.perf_counter()``, seconds)."""
+    return RequestRecord(backend=backend, t_sent=time.perf_counter())
+
+
+def finish_record(rec: RequestRecord, parts: Sequence[Part], total: int | None = None,
+                  tokenizer: Any = None) -> RequestRecord:
     """Fill ``chunks``/``output_tokens``/``text`` from ``parts``, the ``(perf_counter time, text,
     cumulative tokens or None)`` of each chunk that carried output: text, a rise in the cumulative
     count, or a finish without text (where an end-of-sequence token arrives). Stamps ``t_end``.
     A text-less part that ends up with no (known) token is dropped: ``chunks`` holds token-bearing
-    chunks (and, rarely, text that the counts gave no token)."""
-    rec["t_end"] = time.perf_counter()
+    chunks (and, rarely, text that the counts gave no token). ``tokenizer``: a transformers
+    tokenizer (callable on text) or None."""
+    rec.t_end = time.perf_counter()
     texts = [p[1] for p in parts]
     cumulative = [p[2] for p in parts]
     counts, n, source = count_chunk_tokens(texts, cumulative, total, tokenizer)
-    rec["chunks"] = [[t - rec["t_sent"], k] for (t, text, _), k in zip(parts, counts, strict=True)
-                     if text or k]
-    rec["output_tokens"], rec["token_source"] = n, source
-    rec["text"] = "".join(texts)
+    rec.chunks = [(t - rec.t_sent, k) for (t, text, _), k in zip(parts, counts, strict=True) if text or k]
+    rec.output_tokens, rec.token_source = n, source
+    rec.text = "".join(texts)
     return rec
 
 
-def fail(rec: dict[str, Any], status: str, error: str) -> dict[str, Any]:
+def fail(rec: RequestRecord, status: Status, error: str) -> RequestRecord:
     """Mark ``rec`` failed with ``status`` and ``error`` (what happened and what to do)."""
-    rec["status"], rec["error"] = status, error
-    rec["t_end"] = rec["t_end"] or time.perf_counter()
+    rec.status, rec.error = status, error
+    rec.t_end = rec.t_end or time.perf_counter()
     return rec
 
 
@@ -136,7 +247,8 @@ def tokens_by_total(texts: Sequence[str], total: int) -> list[int]:
 
 
 def count_chunk_tokens(texts: Sequence[str], cumulative: Sequence[int | None] | None = None,
-                       total: int | None = None, tokenizer: Any = None) -> tuple[list[Any], int | None, str]:
+                       total: int | None = None, tokenizer: Any = None
+                       ) -> tuple[Sequence[int | None], int | None, str]:
     """Tokens in each chunk, the output token count, and where they came from, best source first:
 
     1. ``"usage-continuous"``: cumulative server counts on every chunk (exact);

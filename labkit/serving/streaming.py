@@ -19,7 +19,7 @@ Example (any OpenAI-compatible server; ``make serve`` starts the bundled model o
     from labkit.serving import openai_api, streaming
     be = openai_api.openai_backend("http://127.0.0.1:8000", model="smollm2")
     rec = streaming.measure(be, "What is the KV cache?", max_tokens=32)
-    print(rec["status"], rec["chunks"][:3], rec["output_tokens"])
+    print(rec.status, rec.chunks[:3], rec.output_tokens)
 
 Errors are records, not exceptions (``status`` http_error, timeout, broken_stream, connect_error,
 error, with ``error`` saying what to do), so a load test keeps everything it measured;
@@ -36,6 +36,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ..settings import check_url
+from .records import RequestRecord
+
 
 class ServerError(RuntimeError):
     """The server cannot be benchmarked as asked (not running, wrong model, not streaming)."""
@@ -44,26 +47,18 @@ class ServerError(RuntimeError):
 def base_url_of(url: str) -> str:
     """``http://host:port`` from ``http://host:port``, ``.../`` or ``.../v1``; ``ValueError`` saying
     what to write when the URL has no ``http://`` or ``https://`` scheme."""
-    raw = url.strip()
-    if not raw.startswith(("http://", "https://")):
-        raise ValueError(f"the server URL {raw!r} needs a scheme: use http://{raw.split('://')[-1]} "
-                         "(or https://)")
-    url = raw.rstrip("/")
-    url = url[: -len("/v1")] if url.endswith("/v1") else url
-    if not url.partition("://")[2]:
-        raise ValueError(f"the server URL {raw!r} has no host: use e.g. http://127.0.0.1:8000")
-    return url
+    return check_url(url, drop_v1=True)
 
 
 @dataclass(frozen=True)
 class Backend:
-    """How to send one streamed request: ``send(session, prompt, max_tokens) -> record`` inside
+    """How to send one streamed request: ``send(session, prompt, max_tokens) -> RequestRecord`` inside
     ``async with session() as s``; ``check()`` raises :class:`ServerError` when the target cannot
     answer; ``max_concurrency`` caps what it can serve (1 for an in-process model)."""
 
     name: str
     session: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
-    send: Callable[[Any, str, int], Awaitable[dict[str, Any]]]
+    send: Callable[[Any, str, int], Awaitable[RequestRecord]]
     check: Callable[[], Any] | None = None
     max_concurrency: int | None = None
 
@@ -79,10 +74,10 @@ def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-def measure(backend: Backend, prompt: str, max_tokens: int = 32) -> dict[str, Any]:
+def measure(backend: Backend, prompt: str, max_tokens: int = 32) -> RequestRecord:
     """Send one streamed request and return its record (sync; works in notebooks)."""
 
-    async def one() -> dict[str, Any]:
+    async def one() -> RequestRecord:
         async with backend.session() as s:
             return await backend.send(s, prompt, max_tokens)
 

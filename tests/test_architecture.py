@@ -46,13 +46,11 @@ def test_tied_embeddings_count_once():
     assert untied - tied == 100 * 8
 
 
-def test_tiny_llama_matches_torch_module():
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+def test_tiny_llama_matches_torch_module(tiny_llama):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=64, tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg)
-    assert param_count(cfg.to_dict())["total"] == sum(p.numel() for p in model.parameters())
+    model = tiny_llama(hidden_size=32, intermediate_size=48, vocab_size=64, tie_word_embeddings=False)
+    assert param_count(model.config.to_dict())["total"] == sum(p.numel() for p in model.parameters())
     moe = Qwen3MoeConfig(hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64,
                          num_experts=6, num_experts_per_tok=2, tie_word_embeddings=False)

@@ -18,7 +18,8 @@ def _pins(lines):
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = _pins(project["dependencies"] + project["optional-dependencies"]["test"])
+    extras = project["optional-dependencies"]
+    wanted = _pins(project["dependencies"] + extras["test"] + extras["lab"])
     yml = (ROOT / "environment.yml").read_text().splitlines()
     conda = _pins(line.strip().lstrip("- ") for line in yml)
     python = re.search(r"python=3\.(\d+)", " ".join(yml))

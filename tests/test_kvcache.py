@@ -22,12 +22,9 @@ def test_published_per_token_sizes():
     assert kv_cache_bytes_for_config(load_config("DeepSeek-V3"), 1) == 576 * 61 * 2
 
 
-def test_formula_matches_a_real_transformers_cache():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=64)
-    model = LlamaForCausalLM(cfg).eval()
+def test_formula_matches_a_real_transformers_cache(tiny_llama):
+    model = tiny_llama(hidden_size=32, intermediate_size=48, num_hidden_layers=3, vocab_size=64)
+    cfg = model.config
     with torch.no_grad():
         out = model(torch.randint(0, 64, (2, 7)), use_cache=True)
     measured = cache_tensor_bytes(out.cache)

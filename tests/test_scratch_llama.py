@@ -7,15 +7,15 @@ from labkit.llm import scratch_llama as sl
 from labkit.llm.kvcache import cache_tensor_bytes, kv_cache_bytes
 
 
-def _tiny(tmp_path, kind):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+def _tiny(tmp_path, kind, tiny_llama):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    torch.manual_seed(0)
     common = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=97, rms_norm_eps=1e-6)
     if kind == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True))
+        model = tiny_llama(**common, tie_word_embeddings=True)
     else:
+        torch.manual_seed(0)
         model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, tie_word_embeddings=False))
     model.eval().save_pretrained(tmp_path)
     return model
@@ -34,8 +34,8 @@ def _check_against(model, w, cfg, ids, atol):
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
-def test_tiny_models_match_transformers(tmp_path, kind):
-    model = _tiny(tmp_path, kind)
+def test_tiny_models_match_transformers(tmp_path, kind, tiny_llama):
+    model = _tiny(tmp_path, kind, tiny_llama)
     w, cfg = sl.load(tmp_path)
     ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(1))
     cache = _check_against(model, w, cfg, ids, atol=1e-5)
@@ -43,16 +43,16 @@ def test_tiny_models_match_transformers(tmp_path, kind):
     assert cache_tensor_bytes(cache) == kv_cache_bytes(2, 2, cfg.head_dim, 9, dtype_bytes=4, batch=2)
 
 
-def test_generate_with_and_without_cache_agree(tmp_path):
-    _tiny(tmp_path, "llama")
+def test_generate_with_and_without_cache_agree(tmp_path, tiny_llama):
+    _tiny(tmp_path, "llama", tiny_llama)
     w, cfg = sl.load(tmp_path)
     prompt = torch.tensor([[5, 17, 3]])
     a, b = sl.generate(w, cfg, prompt, 6, use_cache=True), sl.generate(w, cfg, prompt, 6, use_cache=False)
     assert a["tokens"] == b["tokens"] and len(a["step_s"]) == 5
 
 
-def test_decode_step_seconds_reuses_a_cropped_cache(tmp_path):
-    _tiny(tmp_path, "llama")
+def test_decode_step_seconds_reuses_a_cropped_cache(tmp_path, tiny_llama):
+    _tiny(tmp_path, "llama", tiny_llama)
     w, cfg = sl.load(tmp_path)
     tokens = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(2))
     long_cache = []

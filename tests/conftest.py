@@ -1,0 +1,43 @@
+"""Fixtures shared by the tests of several chapters: the loopback fake server (chapter 02's
+``labkit.engines.fakeserver``) and tiny random Llama models (chapters 01, 03 and 06)."""
+
+import pytest
+
+# The tiny Llama's config: every test that needs a real transformers model but not real weights.
+TINY_LLAMA = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="session")
+def _fake_server_session():
+    from labkit.engines.fakeserver import fake_server
+
+    with fake_server() as s:
+        yield s
+
+
+@pytest.fixture
+def srv(request, _fake_server_session):
+    """The fake OpenAI/Ollama server on 127.0.0.1 (one per test session), reset before every test:
+    no stream in flight, ``requests`` and ``peak_active`` 0, options those of the test module's
+    ``FAKE_SERVER_OPTS`` dict (default: the server's own defaults). A test may change ``srv.opts``."""
+    from labkit.engines.fakeserver import reset
+
+    return reset(_fake_server_session, **getattr(request.module, "FAKE_SERVER_OPTS", {}))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """``tiny_llama(seed=0, **config)``: a random ``LlamaForCausalLM`` in eval mode, configured as
+    :data:`TINY_LLAMA` updated with ``config``; ``torch.manual_seed(seed)`` first (``seed=None``:
+    no seeding), so the same call gives the same weights."""
+
+    def make(seed: int | None = 0, **config):
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        if seed is not None:
+            torch.manual_seed(seed)
+        return LlamaForCausalLM(LlamaConfig(**(TINY_LLAMA | config))).eval()
+
+    return make

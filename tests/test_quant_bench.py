@@ -14,7 +14,7 @@ from torch import nn
 from labkit.llm import perplexity as P
 from labkit.llm import quant_bench as QB
 from labkit.llm import quantize as Q
-from labkit.llm.architecture import load_config, param_count
+from labkit.llm.architecture import embedding_params, load_config, param_count
 
 
 def tiny_llama(layers: int = 4, seed: int = 0):
@@ -163,10 +163,11 @@ def test_risk_ladder_rungs_and_the_model_restored(model, ev):
 
 def test_bytes_per_param_rule():
     assert QB.bytes_per_param(100, 20, 4, 2) == pytest.approx((80 * 0.5 + 20 * 2) / 100)
-    assert QB.embedding_params({"vocab_size": 10, "hidden_size": 4, "tie_word_embeddings": True}) == 40
-    assert QB.embedding_params({"vocab_size": 10, "hidden_size": 4}) == 80  # untied: embedding + head
+    tied = {"vocab_size": 10, "hidden_size": 4, "tie_word_embeddings": True}
+    assert embedding_params(tied)["matrices"] == 40
+    assert embedding_params(tied | {"tie_word_embeddings": False})["matrices"] == 80  # embedding + head
     llama = load_config("Llama-3-8B")
-    total, emb = param_count(llama)["total"], QB.embedding_params(llama)
+    total, emb = param_count(llama)["total"], embedding_params(llama)["matrices"]
     assert emb == 128_256 * 4096 * 2
     # INT4 linears with a float16 scale per 128 weights, embedding and head in 8 bits: 0.58 bytes/param
     assert QB.bytes_per_param(total, emb, 4 + 16 / 128, 1) == pytest.approx(0.579, abs=0.001)

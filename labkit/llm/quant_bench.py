@@ -200,11 +200,6 @@ def risk_ladder(model: nn.Module, ids: torch.Tensor, ref_logits: torch.Tensor,
     return out
 
 
-def embedding_params(config: dict[str, Any]) -> int:
-    """Parameters of the token embedding plus the output head (counted once when they are tied)."""
-    return config["vocab_size"] * config["hidden_size"] * (1 if config.get("tie_word_embeddings") else 2)
-
-
 def bytes_per_param(total: float, embedding: float, linear_bits: float, embedding_bytes: float) -> float:
     """Whole-model bytes per parameter when every parameter but the ``embedding`` ones (embedding
     and head) takes ``linear_bits`` bits and those take ``embedding_bytes`` bytes each."""

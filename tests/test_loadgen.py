@@ -14,10 +14,11 @@ import pytest
 
 from labkit.cli import main as labkit_main
 from labkit.engines.vllm import free_port
-from labkit.serving import loadgen, metrics, plots
+from labkit.serving import loadgen, plots
 from labkit.serving.loadgen import ClientSpec, LoadSpec
 from labkit.serving.local import transformers_backend
 from labkit.serving.streaming import ServerError
+from labkit.table import format_rows
 
 FAKE_SERVER_OPTS = {"step_s": 0.002, "prefill_s": 0.01, "batch_cost_s": 0.001}  # of conftest's srv
 
@@ -150,7 +151,7 @@ def test_sweep_plots_and_knee_table(srv):
                               progress=False)
     assert [s["n_planned"] for s in per_level] == [8, 3]  # default max(8, 2c) where not given
     rows = loadgen.knee_table(runs)
-    assert [r["concurrency"] for r in rows] == [1, 2] and "output_tok_s" in metrics.format_rows(rows)
+    assert [r["concurrency"] for r in rows] == [1, 2] and "output_tok_s" in format_rows(rows)
     cdf = plots.plot_ttft_cdf(runs)
     assert len(cdf.get_lines()) == 2 * len(runs)  # per run: its CDF and its P50/P99 dots
     assert [line.get_xdata().size for line in cdf.get_lines()[::2]] == [4, 4]  # one step per request

@@ -7,6 +7,7 @@ import pytest
 
 from labkit.serving import metrics, records
 from labkit.serving.records import RequestRecord
+from labkit.stats import summary
 
 
 def rec(chunks, output_tokens=None, status="ok", t_end=None, prompt_tokens=None):
@@ -101,15 +102,15 @@ def test_goodput_needs_every_limit():
 
 def test_stats_match_numpy_and_empty_is_nan():
     x = [5.0, 1.0, 9.0, 3.0, 7.0, float("nan")]
-    st = metrics.stats(x)
+    st = summary(x)
     clean = [5.0, 1.0, 9.0, 3.0, 7.0]
     assert st["n"] == 5
     for p in (50, 90, 99):
         assert st[f"p{p}"] == pytest.approx(np.percentile(clean, p))
     assert st["std"] == pytest.approx(np.std(clean))
-    empty = metrics.stats([])
+    empty = summary([])
     assert empty["n"] == 0 and math.isnan(empty["p99"]) and math.isnan(empty["mean"])
-    p999 = metrics.stats([1.0, 2.0], percentiles=(99.9,))["p99.9"]
+    p999 = summary([1.0, 2.0], percentiles=(99.9,))["p99.9"]
     assert p999 == pytest.approx(np.percentile([1, 2], 99.9))
 
 

@@ -16,9 +16,3 @@ def test_header_alignment_and_one_decimal():
 
 def test_no_rows():
     assert format_rows([]) == "(no rows)"
-
-
-def test_metrics_keeps_the_old_name_for_the_notebooks():
-    from labkit.serving import metrics
-
-    assert metrics.format_rows is format_rows

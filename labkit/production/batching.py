@@ -30,6 +30,7 @@ import numpy as np
 from ..serving import loadgen, metrics
 from ..serving.loadspec import Prompt
 from ..serving.records import RequestRecord
+from ..stats import summary
 
 Requests = Sequence[dict[str, Any]]
 
@@ -91,7 +92,7 @@ def static_gate(url: str, model: str, requests: Requests, batch: int) -> dict[st
 def _queued(s: dict[str, Any], records: Sequence[RequestRecord], t0: float) -> dict[str, Any]:
     """Add latency as the user sees it when every request was queued at ``t0`` (seconds): the wait
     for a free slot or an earlier group counts. ``p50_queued_e2e_ms``, ``p99_queued_e2e_ms``."""
-    st = metrics.stats(r.t_end - t0 for r in records if r.status == "ok" and r.t_end is not None)
+    st = summary(r.t_end - t0 for r in records if r.status == "ok" and r.t_end is not None)
     s.update(p50_queued_e2e_ms=st["p50"] * 1000, p99_queued_e2e_ms=st["p99"] * 1000)
     return s
 
@@ -124,7 +125,7 @@ def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> dic
         useful += sum(int(r["max_tokens"]) for r in group)
         padded += sum(longest - int(r["max_tokens"]) for r in group)
     duration = time.perf_counter() - t0
-    e2e = metrics.stats(ends)
+    e2e = summary(ends)
     return {"policy": "static (transformers)", "batch": batch, "completed": len(ends), "failed": 0,
             "duration": duration, "output_throughput": useful / duration, "total_output_tokens": useful,
             "padded_tokens": padded, "p50_queued_e2e_ms": e2e["p50"] * 1000,

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..stats import summary
-from ..table import format_rows  # noqa: F401 - notebooks 06 and 08 still import it from here
 from .figures import RequestFigures, timeline_figures
 from .records import RequestRecord
 
@@ -63,13 +62,6 @@ def request_metrics(rec: RequestRecord) -> RequestFigures:
     * ``output_tokens_per_s``: output tokens / E2E, what one user receives on average.
     """
     return timeline_figures(rec.chunks, rec.t_sent, rec.t_end, rec.output_tokens)
-
-
-def stats(values: Iterable[float], percentiles: Sequence[float] = PERCENTILES) -> dict[str, float]:
-    """``n``, ``mean``, ``std``, ``median`` and ``p<q>`` of ``values`` (NaNs dropped) with numpy's
-    default (linear) percentile, as vLLM does. Empty input gives ``n`` 0 and NaN figures, never 0
-    (:func:`labkit.stats.summary`)."""
-    return summary(values, percentiles)
 
 
 def meets_slo(m: RequestFigures, slo: Mapping[str, float]) -> bool | None:
@@ -148,11 +140,11 @@ def summarize(
         "chunk_gap": [g for m in per for g in m["chunk_gaps_s"]],
     }
     for name, values in series.items():
-        st = stats(values, percentiles)
+        st = summary(values, percentiles)
         s[f"n_{name}"] = st.pop("n")
         for key, v in st.items():
             s[f"{key}_{name}_ms"] = v * 1000.0
-    s["mean_tps"] = stats(m["tps"] for m in per)["mean"]
+    s["mean_tps"] = summary(m["tps"] for m in per)["mean"]
     s["median_tps"] = 1000.0 / s["median_tpot_ms"] if s["median_tpot_ms"] > 0 else NAN
     return s
 

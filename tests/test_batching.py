@@ -148,3 +148,27 @@ def test_cold_start_breakdown_plot():
     assert max(p.get_x() + p.get_width() for p in ax.patches) == pytest.approx(15.75)   # stacked
     assert [t.get_text() for t in ax.get_yticklabels()] == ["python", "vLLM"]
     plt.close(ax.figure)
+
+
+def test_alternating_runs_interleave_calibration_and_the_measured_run():
+    class Watch:
+        entered = 0
+
+        def __enter__(self):
+            Watch.entered += 1
+
+        def __exit__(self, *exc):
+            return False
+
+    work = [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 2} for i in range(4)]
+    with fake_server(step_s=0.002) as srv:
+        ones, fours, conts = B.alternating_runs(srv.url, "fake", work, batch=2, rounds=2, watch_first=Watch())
+        with pytest.raises(ValueError, match="at least one round"):
+            B.alternating_runs(srv.url, "fake", work, batch=2, rounds=0)
+    assert [len(ones), len(fours), len(conts)] == [2, 2, 2] and Watch.entered == 1
+    assert {s["concurrency"] for s in ones} == {1} and {s["concurrency"] for s in fours} == {4}
+    assert all(c["policy"] == "continuous" and c["completed"] == 4 for c in conts)
+    # the rounds alternate: each continuous run starts after that round's calibration ended
+    for one, four, cont in zip(ones, fours, conts, strict=True):
+        assert max(r.t_sent for r in one["requests"]) < min(r.t_sent for r in four["requests"])
+        assert max(r.t_sent for r in four["requests"]) < min(r.t_sent for r in cont["requests"])

@@ -17,19 +17,9 @@ from labkit.llm import quantize as Q
 from labkit.llm.architecture import embedding_params, load_config, param_count
 
 
-def tiny_llama(layers: int = 4, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).eval()
-
-
 @pytest.fixture(scope="module")
-def model():
-    return tiny_llama()
+def model(tiny_llama):
+    return tiny_llama(num_hidden_layers=4, max_position_embeddings=256)
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,9 @@ PROMPT = list(range(10, 30)) * 2 + list(range(10, 14))  # repeats itself: prompt
 
 
 @pytest.fixture(scope="module")
-def model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
+def model(tiny_llama):
+    return tiny_llama(vocab_size=128, num_hidden_layers=4, max_position_embeddings=256,
+                      tie_word_embeddings=False)
 
 
 @pytest.fixture(scope="module")

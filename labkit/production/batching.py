@@ -21,8 +21,10 @@ output tokens/s: only the tokens each request asked for), ``p50_queued_e2e_ms``/
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import numpy as np
@@ -174,6 +176,28 @@ def calibration_runs(url: str, model: str,
         ones.append(_run_tokens(url, model, 3, 1, 24))
         fours.append(_run_tokens(url, model, 8, 4, 16))
     return ones, fours
+
+
+def alternating_runs(url: str, model: str, requests: Requests, batch: int, rounds: int = 3,
+                     watch_first: AbstractContextManager[Any] | None = None,
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``rounds`` rounds of (the two calibration runs of :func:`calibration_runs`, then
+    :func:`continuous` on ``requests``), so that a passing burst of load on the host hits the
+    calibration and the measured run alike; the simulator is judged against their medians.
+    ``watch_first`` (e.g. a monitor's sampler) is entered around the first continuous run only.
+    Returns (concurrency-1 runs, concurrency-4 runs, continuous runs), one of each per round."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: run at least one round")
+    ones: list[dict[str, Any]] = []
+    fours: list[dict[str, Any]] = []
+    conts: list[dict[str, Any]] = []
+    for i in range(rounds):
+        one, four = calibration_runs(url, model, repeats=1)
+        ones += one
+        fours += four
+        with watch_first if (i == 0 and watch_first is not None) else contextlib.nullcontext():
+            conts.append(continuous(url, model, requests, batch))
+    return ones, fours, conts
 
 
 def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:

@@ -98,7 +98,10 @@ report: setup $(SERVE_DEP)
 
 # An AVX2-only CPU (older Intel, AMD before Zen 4) on a newer one: torch's kernels and oneDNN capped
 # at AVX2, so bf16 has no hardware path. The first line fails unless the cap really took effect.
-AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+# torch.compile's code cache (inductor's FX-graph cache) is not keyed by the capped ISA: code compiled
+# for AVX-512 was reused under the cap (chapter 05's fused chain then differed by 2.6) and AVX2 code
+# reused without it crashed the process (double free). So the capped runs keep a cache of their own.
+AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/build/torchinductor-avx2
 test-avx2: setup $(SERVE_DEP)
 	$(AVX2_ENV) $(BIN)/python -c "from labkit.hardware.capability import capability, format_capability as f; \
 	c = capability('cpu'); print(f(c)); assert c.isa == 'AVX2' and c.dtype == 'float32', 'AVX2 emulation did not take effect'"

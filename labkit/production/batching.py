@@ -15,7 +15,8 @@ Each returns :func:`labkit.serving.metrics.summarize`-style figures: ``output_th
 output tokens/s: only the tokens each request asked for), ``p50_queued_e2e_ms``/``p99_queued_e2e_ms``
 (milliseconds from the moment every request was queued to its last token),
 ``duration`` (seconds), ``completed``/``failed``. :func:`step_costs` turns small server runs
-(:func:`calibration_runs`, repeated) into the per-step costs :mod:`labkit.production.batchsim` simulates with;
+(:func:`calibration_runs`, repeated by :func:`alternating_runs`) into the per-step costs
+:mod:`labkit.production.batchsim` simulates with;
 :func:`table_row`, :func:`slot_seconds` and :func:`prompt_tokens_by_id` read a run for the chapter.
 """
 
@@ -166,19 +167,11 @@ def step_costs(single: dict[str, Any] | Sequence[dict[str, Any]],
             "decode_points": [(c, min(v)) for c, v in sorted(steps.items())]}
 
 
-def calibration_runs(url: str, model: str,
-                     repeats: int = 3) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The small runs :func:`step_costs` reads, ``repeats`` times each, alternating so that a
-    passing burst of background load on the host hits both alike: 3 requests one at a time (24
-    tokens each: a step at batch 1, and the prefill) and 8 requests 4 at a time (16 tokens each: a
-    step at batch 4)."""
-    if repeats < 1:
-        raise ValueError(f"repeats={repeats}: calibrate at least once")
-    ones, fours = [], []
-    for _ in range(repeats):
-        ones.append(_run_tokens(url, model, 3, 1, 24))
-        fours.append(_run_tokens(url, model, 8, 4, 16))
-    return ones, fours
+def calibration_runs(url: str, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two small runs :func:`step_costs` reads (:func:`alternating_runs` repeats them): 3
+    requests one at a time (24 tokens each: a step at batch 1, and the prefill) and 8 requests 4 at
+    a time (16 tokens each: a step at batch 4)."""
+    return _run_tokens(url, model, 3, 1, 24), _run_tokens(url, model, 8, 4, 16)
 
 
 def alternating_runs(url: str, model: str, requests: Requests, batch: int, rounds: int = 3,
@@ -196,9 +189,9 @@ def alternating_runs(url: str, model: str, requests: Requests, batch: int, round
     fours: list[dict[str, Any]] = []
     conts: list[dict[str, Any]] = []
     for i in range(rounds):
-        one, four = calibration_runs(url, model, repeats=1)
-        ones += one
-        fours += four
+        one, four = calibration_runs(url, model)
+        ones.append(one)
+        fours.append(four)
         with watch_first if (i == 0 and watch_first is not None) else contextlib.nullcontext():
             conts.append(continuous(url, model, requests, batch))
     return ones, fours, conts

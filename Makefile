@@ -28,7 +28,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report
+.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
 .DEFAULT_GOAL := help
 
 help:
@@ -43,6 +43,7 @@ help:
 	@echo "make gpu-check      on a CUDA machine: bandwidth, TFLOPS, decode ceiling, fp16 diffusion (no download)"
 	@echo "make serve          the bundled model behind vLLM's OpenAI API on 127.0.0.1:8000 (Linux x86_64)"
 	@echo "make report         check every claim of the tutorial here: reports/index.html + the chapters as pages (offline)"
+	@echo "make report-avx2    the same as an AVX2-only CPU would make it; its figures go beside this machine's in reports/machines/"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"
 
 $(STAMP): pyproject.toml
@@ -95,6 +96,12 @@ test: setup lint unit notebooks
 # (REPORT_ARGS=--rerun runs them all again; --out DIR writes elsewhere than reports/).
 report: setup $(SERVE_DEP)
 	$(BIN)/python -m labkit.report $(REPORT_ARGS)
+
+# The report as an AVX2-only CPU would make it (the cap below), kept apart in build/avx2/; its figures
+# go into reports/machines/, where `make report` shows them beside this machine's.
+report-avx2: setup $(SERVE_DEP)
+	$(AVX2_ENV) LABKIT_RESULTS=$(CURDIR)/build/avx2/results $(BIN)/python -m labkit.report \
+	  --out build/avx2/report --build-dir build/avx2 --share reports/machines $(REPORT_ARGS)
 
 # An AVX2-only CPU (older Intel, AMD before Zen 4) on a newer one: torch's kernels and oneDNN capped
 # at AVX2, so bf16 has no hardware path. The first line fails unless the cap really took effect.

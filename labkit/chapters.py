@@ -11,10 +11,11 @@ a process exit code (0 when every cell ran, so every check held).
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
-from .paths import NOTEBOOKS, REPO
+from .paths import DATA, NOTEBOOKS, REPO
 
 CHAPTERS: dict[str, str] = {
     "setup": "00_setup.ipynb",
@@ -40,6 +41,31 @@ def names(short: str) -> tuple[str, str, str, str]:
     stem = Path(CHAPTERS[short]).stem
     number, _, rest = stem.partition("_")
     return short, number, stem, rest
+
+
+def sources(short: str) -> list[Path]:
+    """What a chapter's recorded figures and verdicts come from, for the report's staleness test: its
+    notebook, its ledger file (``data/claims/NN_<short>.toml``) and its rules
+    (``labkit/checks/<short>.py``)."""
+    number = names(short)[1]
+    return [NOTEBOOKS / CHAPTERS[short], DATA / "claims" / f"{number}_{short}.toml",
+            REPO / "labkit" / "checks" / f"{short}.py"]
+
+
+def digest(short: str) -> str:
+    """A 16-hex-digit digest of chapter ``short``'s :func:`sources` (a missing file counts as empty).
+    A notebook's outputs are left out, so an executed copy saved in place does not change it."""
+    import json
+
+    h = hashlib.sha256()
+    for path in sources(short):
+        h.update(path.name.encode() + b"\0")
+        raw = path.read_bytes() if path.is_file() else b""
+        if path.suffix == ".ipynb" and raw:
+            nb = json.loads(raw)
+            raw = json.dumps([[c["cell_type"], "".join(c["source"])] for c in nb["cells"]]).encode()
+        h.update(raw + b"\0")
+    return h.hexdigest()[:16]
 
 
 def resolve(name: str) -> str:

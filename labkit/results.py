@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .chapters import CHAPTERS
+from .chapters import CHAPTERS, digest
 from .paths import REPO
 
 ENV_VAR = "LABKIT_RESULTS"
@@ -43,7 +43,7 @@ KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 _LOCK = threading.Lock()
 # What the chapters run (git pathspecs): a change here makes earlier results stale for the report.
 CODE = ("labkit", "notebooks", "data", "pyproject.toml",
-        ":(exclude)labkit/report", ":(exclude)data/claims.toml")
+        ":(exclude)labkit/report", ":(exclude)data/claims")
 
 
 def results_dir() -> Path:
@@ -84,10 +84,15 @@ def machine_line(info: dict[str, Any]) -> str:
 @functools.cache
 def machine_key() -> tuple[str, str]:
     """``(machine_line, device)`` of this machine, detected once per process."""
+    import torch
+
     from .hardware.machine import detect
 
     info = detect()
-    return machine_line(info), info["device"]
+    # the ISA torch's CPU kernels use: an AVX2 cap (make test-avx2) makes this another machine
+    cap = torch.backends.cpu.get_cpu_capability()
+    kernels = f" · torch CPU kernels {cap}" if info["device"] == "cpu" else ""
+    return machine_line(info) + kernels, info["device"]
 
 
 def _git(*args: str) -> str | None:
@@ -127,7 +132,8 @@ def header(chapter: str) -> dict[str, Any]:
 
     line, device = machine_key()
     stamp = now()
-    return {"chapter": chapter, "notebook": CHAPTERS[chapter], "run": RUN_ID, "started": stamp,
+    return {"chapter": chapter, "notebook": CHAPTERS[chapter], "digest": digest(chapter), "run": RUN_ID,
+            "started": stamp,
             "updated": stamp, "machine": line, "device": device, **source(), "profile": profile().name,
             "values": {}}
 
@@ -159,24 +165,34 @@ def load(chapter: str, folder: Path | None = None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("values"), dict) else None
 
 
-def record(chapter: str, key: str, value: bool | int | float | str, unit: str = "", note: str = "") -> None:
+def record(chapter: str, key: str, value: bool | int | float | str, unit: str = "", note: str = "", *,
+           spread: tuple[float, float, int] | None = None) -> None:
     """Record one figure a chapter measured or computed, for the report.
 
     ``chapter`` is the short name (``"setup"``, ``"concepts"``, ... ``"production"``), ``key`` a name
     for the figure (letters, digits, ``_``, ``.``, ``-``), ``unit`` its unit as the report prints it
-    (``"GB/s"``, ``"x"`` for ratios, ``""`` for counts and flags), ``note`` how it was measured. The
-    file is rewritten at once; the first call of a new process starts it afresh."""
+    (``"GB/s"``, ``"x"`` for ratios, ``""`` for counts and flags), ``note`` how it was measured.
+    ``spread``: ``(lo, hi, n)`` when the value summarizes ``n`` repeated runs (e.g.
+    :func:`labkit.stats.median_interval`); the report's verdict then uses the interval. The file is
+    rewritten at once; the first call of a new process starts it afresh."""
     path = results_path(chapter)
     if not isinstance(key, str) or not KEY.fullmatch(key):
         raise ValueError(f"key must be a name of letters, digits, '_', '.' or '-', got {key!r}")
     if not isinstance(unit, str) or not isinstance(note, str):
         raise ValueError(f"unit and note must be strings, got {unit!r} and {note!r}")
     v, nonfinite = plain(value)
+    extra: dict[str, Any] = {}
+    if spread is not None:
+        lo, hi, n = (plain(x)[0] for x in spread)
+        numbers = isinstance(lo, int | float) and isinstance(hi, int | float) and isinstance(n, int)
+        if not numbers or lo > hi:  # type: ignore[operator]
+            raise ValueError(f"spread must be (lo, hi, n) with finite lo <= hi and n an int, got {spread!r}")
+        extra = {"lo": lo, "hi": hi, "n": n}
     with _LOCK:
         data = load(chapter, path.parent)
         if data is None or data.get("run") != RUN_ID:
             data = header(chapter)
-        entry: dict[str, Any] = {"value": v, "unit": unit, "note": note, "at": now()}
+        entry: dict[str, Any] = {"value": v, "unit": unit, "note": note, "at": now(), **extra}
         if nonfinite:
             entry["nonfinite"] = nonfinite
         data["values"][key] = entry

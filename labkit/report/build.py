@@ -3,13 +3,18 @@ the lab report (every chapter).
 
 For each chapter the report needs two things from one run: ``build/results/<chapter>.json`` (what
 the chapter recorded, :mod:`labkit.results`) and the executed notebook ``build/<notebook>.ipynb``.
-It reuses them when they come from this commit (with the same local changes), this machine and
-this profile, the notebook was written after the last value was recorded, and the run raised no
-error; otherwise it runs the chapter (:func:`labkit.chapters.run_chapter`). ``--rerun`` runs every
-chapter; ``--chapters`` picks some (the others are reused when fresh, else left "not measured").
+It reuses them when they come from the same chapter sources (the digest of its notebook, ledger
+file and rules, :func:`labkit.chapters.digest`), this machine and this profile, the notebook was
+written after the last value was recorded, and the run raised no error; otherwise it runs the
+chapter (:func:`labkit.chapters.run_chapter`). So ``make report`` re-runs only the chapters whose
+digest changed. ``--rerun`` runs every chapter; ``--chapters`` picks some (the others are reused
+when fresh, else left "not measured").
 
 Writes into ``--out`` (default ``reports/``): ``index.html`` (the claims table), ``chapters/<notebook>.html``
-(the executed chapters, offline) with their ``lab.css``, and ``results.json`` (everything).
+(the executed chapters, offline, each stamped with its digest) with their ``lab.css``,
+``results.json`` (everything, with each chapter's digest) and ``machines/<machine>.json`` (this
+machine's figures and verdicts; the files other machines left there are shown beside this one's).
+No absolute path of the machine is written: the checkout becomes ``.`` and the home folder ``~``.
 """
 
 from __future__ import annotations
@@ -22,32 +27,33 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..chapters import CHAPTERS, available, names, resolve, run_chapter
+from ..chapters import CHAPTERS, available, digest, names, resolve, run_chapter
 from ..paths import REPO
-from ..results import load, machine_key, results_dir, source
+from ..results import load, machine_key, source
 from ..settings import profile
 from .ledger import load_ledger
+from .machines import read_machines, relative_paths, write_machine
 from .page import index_page
 from .site import exporter, notebook_status, render_notebook, write_css
-from .verdicts import judge_all, summary
+from .verdicts import by_kind, judge_all, summary
 
 BUILD = REPO / "build"
 
 
 def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = False) -> str | None:
     """Why a chapter's recorded run cannot be reused (``None``: it can): no results, another machine,
-    commit, set of local changes or profile, no executed notebook written after the last record.
-    ``just_ran``: the report has just run the chapter and these are that run's results, whatever code
-    changed meanwhile (another engineer's commit), so the code is not compared."""
+    other chapter sources (its digest) or profile, no executed notebook written after the last record.
+    ``just_ran``: the report has just run the chapter and these are that run's results, whatever
+    changed meanwhile, so the digest is not compared."""
     if data is None:
         return "no results recorded yet"
     if not {"started", "updated"} <= data.keys():
         return "its results file has no run times (not written by labkit.results)"
-    src, (machine, _) = source(), machine_key()
+    machine, _ = machine_key()
     if data.get("machine") != machine:
         return "recorded on another machine"
-    if not just_ran and (data.get("commit"), data.get("diff_sha")) != (src["commit"], src["diff_sha"]):
-        return "recorded from other code (another commit or other local changes)"
+    if not just_ran and data.get("digest") != digest(data.get("chapter", "")):
+        return "its notebook, ledger file or rules changed since it ran"
     if data.get("profile") != profile().name:
         return f"recorded with profile {data.get('profile')}"
     if not executed.is_file():
@@ -65,7 +71,8 @@ def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: 
 
     executed = build_dir / CHAPTERS[short]
     _, number, stem, _ = names(short)
-    info: dict[str, Any] = {"chapter": short, "number": number, "notebook": CHAPTERS[short], "stem": stem}
+    info: dict[str, Any] = {"chapter": short, "number": number, "notebook": CHAPTERS[short], "stem": stem,
+                            "digest": digest(short)}
     data = load(short)
     why = staleness(data, executed)
     status = notebook_status(nbformat.read(executed, as_version=4)) if why is None else {"ok": True}
@@ -92,7 +99,8 @@ def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: 
         return info
     assert data is not None
     status = notebook_status(nbformat.read(executed, as_version=4))
-    info.update(ok=status["ok"], error=status["error"], date=data["started"], data=data, executed=executed)
+    info.update(ok=status["ok"], error=status["error"], date=data["started"], data=data, executed=executed,
+                digest=data.get("digest", ""))
     return info
 
 
@@ -109,7 +117,8 @@ def build(out: Path, chapters: list[str] | None = None, rerun: bool = False, tim
         else:
             _, number, stem, _ = names(short)
             info[short] = {"chapter": short, "number": number, "notebook": CHAPTERS[short], "stem": stem,
-                           "state": "no notebook yet", "ok": False, "error": "", "date": "", "data": None,
+                           "digest": "", "state": "no notebook yet", "ok": False, "error": "", "date": "",
+                           "data": None,
                            "executed": None}
     results = {short: i.pop("data") for short, i in info.items()}
     rows = judge_all(claims, results, device)
@@ -121,7 +130,7 @@ def build(out: Path, chapters: list[str] | None = None, rerun: bool = False, tim
         executed = i.pop("executed")
         if executed is not None:
             page = pages / f"{i['stem']}.html"
-            render_notebook(executed, page, f"{i['number']} · {short}", exp)
+            render_notebook(executed, page, f"{i['number']} · {short}", exp, i["digest"])
             i["html"] = f"chapters/{page.name}"
             written.add(page.name)
     for old in pages.glob("*.html"):
@@ -129,9 +138,13 @@ def build(out: Path, chapters: list[str] | None = None, rerun: bool = False, tim
             old.unlink()
     report = {"machine": machine, "device": device, "date": datetime.datetime.now().astimezone().isoformat(
         timespec="seconds"), "source": source(), "profile": profile().name, "summary": summary(rows),
-        "chapters": info, "rows": rows, "results": results, "results_dir": str(results_dir())}
+        "by_kind": by_kind(rows), "chapters": info, "rows": rows, "results": results}
+    report = relative_paths(report)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "index.html").write_text(index_page(report))
+    write_machine(out, report)
+    machines = read_machines(out)
+    (out / "index.html").write_text(index_page({**report, "machines": machines}))
+    report["machines"] = [m["file"] for m in machines]
     (out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     return report
 
@@ -144,10 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chapters", nargs="+", metavar="CHAPTER",
                    help="run or reuse only these (short name, number or notebook); default: all")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per notebook cell (default 1800)")
+    p.add_argument("--build-dir", type=Path, default=BUILD,
+                   help="folder of the executed notebooks (default: build/; results follow $LABKIT_RESULTS)")
+    p.add_argument("--share", type=Path, metavar="DIR",
+                   help="also copy this machine's file into DIR (e.g. reports/machines, from another --out)")
     a = p.parse_args(argv)
     try:
         t0 = time.perf_counter()
-        report = build(a.out, a.chapters, a.rerun, a.timeout)
+        report = build(a.out, a.chapters, a.rerun, a.timeout, a.build_dir)
+        if a.share:
+            mine = write_machine(a.share, report, folder="")
+            print(f"this machine's figures: {mine}")
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Checks the lab report computes itself (every chapter's ``fn:`` rows in ``data/claims.toml``).
+"""Checks the lab report computes itself (every chapter's ``fn:`` rows in ``data/claims/``).
 
 Two kinds, each a function returning ``{"value", "unit", "note"}``:
 

@@ -1,17 +1,26 @@
-"""The ledger of the tutorial's claims, ``data/claims.toml``, for every chapter's part of the lab report.
+"""The ledger of the tutorial's checkable statements, ``data/claims/NN_<chapter>.toml`` (one file per
+chapter, the chapter is the file's), for every chapter's part of the lab report.
 
-Each ``[[claim]]`` row says what the tutorial claims, which chapter checks it, which recorded
-figure (:func:`labkit.results.record`) answers it and what range of that figure means it holds:
+Each ``[[claim]]`` row states one thing the tutorial claims, in the lab's own words, and how the lab
+judges it:
 
-* ``id``, ``chapter`` (short name), ``claim`` (a title), ``tutorial`` (what the tutorial says),
-  ``measure`` (how the lab gets the figure);
+* ``id``; ``claim`` (a title); ``tutorial`` (what the tutorial says, in our words, with its figure);
+  ``section`` (the tutorial's section it comes from); ``measure`` (how the lab gets the figure);
+* ``evidence``: what kind of evidence the verdict rests on, counted apart in the report:
+  ``measured`` (measured on this machine by the chapter), ``gpu`` (only a GPU can measure it:
+  ``gpu`` names the computed expectation shown until a GPU run exists), ``computed`` (from
+  shipped configs, files or datasheets: the same on every machine), ``arithmetic`` (the tutorial's
+  own arithmetic re-done with its own inputs) or ``outside`` (an outside fact, such as uptime or a
+  release date, that no offline lab can check: no key, the verdict says so and ``reason`` why);
 * ``key``: the figure, a key the chapter records, ``other_chapter/key``, or ``fn:name`` for a check
   the report computes itself (:mod:`labkit.report.computed`);
-* ``expect``: when it holds (grammar below); ``where``: ``here`` (measured on this machine),
-  ``computed`` (arithmetic on datasheets and configs: the same everywhere) or ``gpu`` (only a GPU
-  can measure it: ``gpu`` names the computed expectation shown until a GPU run exists);
-* ``fails``: the verdict when ``expect`` does not hold: ``not here`` (this machine) or ``wrong``
-  (the tutorial is); ``reason``: why, shown with that verdict; ``also``: figures shown beside it.
+* ``expect``: when it holds (grammar below). A figure recorded with a spread (``lo``/``hi`` over
+  repeated runs) holds only when the whole interval does, fails when none of it does, and is
+  ``inconclusive`` otherwise;
+* ``fails``: the verdict when ``expect`` does not hold: ``not here`` (this machine: only for
+  measured and gpu rows), ``wrong`` (the tutorial is) or ``depends`` (the figure depends on a
+  choice such as the model or workload: ``also`` shows the figures it depends on); ``reason``: why,
+  shown with that verdict; ``also``: figures shown beside the value.
 
 ``expect`` grammar: ``lo..hi`` (inclusive), ``X ± Y`` or ``X ± Y%`` (``+-`` works too), ``< X``,
 ``<= X``, ``> X``, ``>= X``, ``== X`` (a number, ``true``/``false`` or a word).
@@ -29,9 +38,11 @@ from typing import Any
 from ..chapters import CHAPTERS
 from ..paths import DATA
 
-WHERE = ("here", "computed", "gpu")
-FAILS = ("not here", "wrong")
-FIELDS = ("id", "chapter", "claim", "tutorial", "measure", "key", "expect", "where", "fails", "reason")
+EVIDENCE = ("measured", "gpu", "computed", "arithmetic", "outside")
+FAILS = ("not here", "wrong", "depends")
+FIELDS = ("id", "claim", "tutorial", "section", "measure", "evidence", "reason")
+JUDGED = ("key", "expect", "fails")  # every row but an ``outside`` one
+CLAIMS = DATA / "claims"
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
 
@@ -57,10 +68,11 @@ class Claim:
     tutorial: str
     measure: str
     key: str
-    expect: Expect
-    where: str
+    expect: Expect | None
+    evidence: str
     fails: str
     reason: str
+    section: str = ""
     also: tuple[str, ...] = ()
     gpu: str = ""
 
@@ -122,47 +134,72 @@ def split_key(ref: str, chapter: str) -> tuple[str, str]:
     return chapter, ref
 
 
-def _claim(row: dict[str, Any], n: int) -> Claim:
-    where = f"claim #{n} ({row.get('id', 'no id')})"
-    missing = [f for f in FIELDS if not str(row.get(f, "")).strip()]
+def _claim(row: dict[str, Any], chapter: str, n: int, path: Path) -> Claim:
+    where = f"{path.name} claim #{n} ({row.get('id', 'no id')})"
+    judged = row.get("evidence") != "outside"
+    missing = [f for f in FIELDS + (JUDGED if judged else ()) if not str(row.get(f, "")).strip()]
     if missing:
-        raise ValueError(f"{where}: fields {missing} are empty; every row needs {', '.join(FIELDS)}")
-    unknown = set(row) - set(FIELDS) - {"also", "gpu"}
+        raise ValueError(f"{where}: fields {missing} are empty; every row needs {', '.join(FIELDS)}"
+                         + (f" and {', '.join(JUDGED)}" if judged else ""))
+    unknown = set(row) - set(FIELDS) - set(JUDGED) - {"also", "gpu"}
     if unknown:
         raise ValueError(f"{where}: unknown fields {sorted(unknown)}")
-    if row["chapter"] not in CHAPTERS:
-        raise ValueError(f"{where}: chapter {row['chapter']!r} is not one of {', '.join(CHAPTERS)}")
-    if row["where"] not in WHERE or row["fails"] not in FAILS:
-        raise ValueError(f"{where}: where must be one of {WHERE} and fails one of {FAILS}")
-    if row["where"] == "gpu" and not row.get("gpu"):
+    evidence, fails = row["evidence"], row.get("fails", "")
+    if evidence not in EVIDENCE:
+        raise ValueError(f"{where}: evidence must be one of {EVIDENCE}, got {evidence!r}")
+    if not judged:
+        return Claim(row["id"], chapter, row["claim"], row["tutorial"], row["measure"], "", None, evidence,
+                     "", row["reason"], row["section"])
+    if fails not in FAILS:
+        raise ValueError(f"{where}: fails must be one of {FAILS}, got {fails!r}")
+    if fails == "not here" and evidence not in ("measured", "gpu"):
+        raise ValueError(f"{where}: a {evidence} figure is the same on every machine, so it cannot fail "
+                         "'not here': use 'wrong' or 'depends'")
+    if evidence == "gpu" and not row.get("gpu"):
         raise ValueError(f"{where}: a 'gpu' row needs gpu = the computed expectation (a key or fn:name)")
     also = row.get("also", [])
     if not isinstance(also, list) or not all(isinstance(a, str) for a in also):
         raise ValueError(f"{where}: also must be a list of keys")
     for ref in [row["key"], *also, *([row["gpu"]] if row.get("gpu") else [])]:
-        chapter, _ = split_key(ref, row["chapter"])
-        if chapter not in (*CHAPTERS, "fn"):
+        ch, _ = split_key(ref, chapter)
+        if ch not in (*CHAPTERS, "fn"):
             raise ValueError(f"{where}: {ref!r} names no chapter")
     try:
         expect = parse_expect(row["expect"])
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
-    return Claim(row["id"], row["chapter"], row["claim"], row["tutorial"], row["measure"], row["key"], expect,
-                 row["where"], row["fails"], row["reason"], tuple(also), row.get("gpu", ""))
+    return Claim(row["id"], chapter, row["claim"], row["tutorial"], row["measure"], row["key"], expect,
+                 evidence, fails, row["reason"], row["section"], tuple(also), row.get("gpu", ""))
 
 
-def load_ledger(path: Path | None = None) -> list[Claim]:
-    """The ledger's rows, checked: every field present, known chapters, ``expect`` parses, unique ids.
-    ``ValueError`` naming the row otherwise."""
-    path = path or DATA / "claims.toml"
+def chapter_file(chapter: str, folder: Path | None = None) -> Path:
+    """``data/claims/NN_<chapter>.toml``: the ledger file of ``chapter``."""
+    number = list(CHAPTERS).index(chapter)
+    return (folder or CLAIMS) / f"{number:02d}_{chapter}.toml"
+
+
+def load_file(path: Path, chapter: str) -> list[Claim]:
+    """The rows of one chapter's ledger file, checked (``ValueError`` naming the row)."""
     with open(path, "rb") as f:
         rows = tomllib.load(f).get("claim", [])
-    if not rows:
-        raise ValueError(f"{path} has no [[claim]] rows")
-    claims = [_claim(row, n) for n, row in enumerate(rows, 1)]
+    return [_claim(row, chapter, n, path) for n, row in enumerate(rows, 1)]
+
+
+def load_ledger(folder: Path | None = None) -> list[Claim]:
+    """Every chapter's rows in chapter order, checked: every field present, ``expect`` parses, ids unique
+    across the ledger. ``ValueError`` naming the file and row otherwise."""
+    folder = folder or CLAIMS
+    files = {p.name: p for p in folder.glob("*.toml")}
+    stray = set(files) - {chapter_file(c, folder).name for c in CHAPTERS}
+    if stray:
+        raise ValueError(f"{folder}: {sorted(stray)} name no chapter (files are NN_<chapter>.toml)")
+    claims = [c for ch in CHAPTERS if chapter_file(ch, folder).is_file()
+              for c in load_file(chapter_file(ch, folder), ch)]
+    if not claims:
+        raise ValueError(f"{folder} has no [[claim]] rows")
     seen: set[str] = set()
     for c in claims:
         if c.id in seen:
-            raise ValueError(f"{path}: claim id {c.id!r} appears twice")
+            raise ValueError(f"{folder}: claim id {c.id!r} appears twice")
         seen.add(c.id)
     return claims

@@ -13,8 +13,12 @@ from typing import Any
 
 from .verdicts import VERDICTS, fmt_value
 
-COLORS = {"holds": "#1a7f37", "does not hold here": "#9a6700", "wrong": "#cf222e",
-          "needs a GPU": "#0969da", "not measured": "#6e7781"}
+COLORS = {"holds": "#1a7f37", "does not hold here": "#9a6700", "depends": "#8250df", "wrong": "#cf222e",
+          "inconclusive": "#bc4c00", "needs a GPU": "#0969da", "not measured": "#6e7781",
+          "not checkable offline": "#57606a"}
+KIND_TEXT = {"measured": "measured on this machine", "gpu": "needs a GPU to measure",
+             "computed": "computed from configs, files or datasheets (any machine)",
+             "arithmetic": "the tutorial's own arithmetic, re-done", "outside": "an outside fact"}
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto;
        max-width: 1280px; padding: 0 16px; color: #1f2328; }
@@ -42,21 +46,56 @@ def _also(row: dict[str, Any]) -> str:
     return f'<div class="small">{"; ".join(items)}</div>' if items else ""
 
 
-def claim_row(row: dict[str, Any], chapters: dict[str, dict[str, Any]]) -> str:
-    """One ``<tr>`` of the claims table."""
+def _value(row: dict[str, Any]) -> str:
+    if row.get("value") is None:
+        return "&mdash;"
+    shown = escape(fmt_value(row["value"], row.get("unit", "")))
+    if row.get("lo") is not None and row.get("hi") is not None:
+        n = f" over {row['n']} runs" if row.get("n") else ""
+        shown += (f'<div class="small">{escape(fmt_value(row["lo"]))}..'
+                  f'{escape(fmt_value(row["hi"], row.get("unit", "")))}{escape(n)}</div>')
+    return shown
+
+
+def _machines(row: dict[str, Any], machines: list[dict[str, Any]]) -> str:
+    cells = []
+    for m in machines:
+        r = m["rows"].get(row["id"])
+        cells.append(f'<td class="v">{_value(r)}<div>{badge(r["verdict"])}</div></td>' if r else
+                     '<td class="small">not in this ledger then</td>')
+    return "".join(cells)
+
+
+def claim_row(row: dict[str, Any], chapters: dict[str, dict[str, Any]],
+              others: list[dict[str, Any]] | None = None) -> str:
+    """One ``<tr>`` of the claims table (``others``: other machines' files, one column each)."""
     ch = chapters.get(row["chapter"], {})
     link = (f'<a href="{escape(ch["html"])}">{escape(ch["number"])} {escape(row["chapter"])}</a>'
             if ch.get("html") else escape(row["chapter"]))
-    value = escape(fmt_value(row["value"], row["unit"])) if row["value"] is not None else "&mdash;"
-    where = {"here": "measured here", "computed": "computed (any machine)", "gpu": "needs a GPU to measure"}
     reason = f'<div class="small">{escape(row["reason"])}</div>' if row["reason"] else ""
     when = f"<br>recorded {escape(row['at'][:10])}" if row.get("at") else ""
+    expect = f"expected {escape(row['expect'])}" if row.get("expect") else ""
+    section = f" &middot; tutorial: {escape(row['section'])}" if row.get("section") else ""
     return (f'<tr id="{escape(row["id"])}"><td><b>{escape(row["claim"])}</b>'
-            f'<div class="small">{escape(row["id"])} &middot; {where[row["where"]]}</div></td>'
+            f'<div class="small">{escape(row["id"])} &middot; {escape(KIND_TEXT[row["evidence"]])}'
+            f'{section}</div></td>'
             f'<td class="q">{escape(row["tutorial"])}</td>'
-            f'<td class="v">{value}<div class="small">expected {escape(row["expect"])}{when}</div></td>'
+            f'<td class="v">{_value(row)}<div class="small">{expect}{when}</div></td>'
             f'<td>{escape(row["measure"])}{_also(row)}</td>'
-            f"<td>{badge(row['verdict'])}{reason}</td><td>{link}</td></tr>")
+            f"<td>{badge(row['verdict'])}{reason}</td>{_machines(row, others or [])}<td>{link}</td></tr>")
+
+
+OTHERS = " Other machines' figures (their files in machines/) are shown beside this one's."
+
+
+def kind_counts(by_kind: dict[str, dict[str, int]]) -> str:
+    """A table: for each kind of evidence, how many claims got each verdict (holds counted apart)."""
+    head = "".join(f"<th>{badge(v)}</th>" for v in VERDICTS)
+    body = "".join(f"<tr><td>{escape(KIND_TEXT[k])}</td>" + "".join(
+        f'<td class="v">{n or ""}</td>' for n in counts.values())
+        + f'<td class="v">{sum(counts.values())}</td></tr>'
+        for k, counts in by_kind.items() if sum(counts.values()))
+    return f"<table><tr><th>evidence</th>{head}<th>rows</th></tr>{body}</table>"
 
 
 def chapter_rows(chapters: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> str:
@@ -97,12 +136,18 @@ def values_section(results: dict[str, dict[str, Any] | None]) -> str:
 
 def index_page(report: dict[str, Any]) -> str:
     """The whole ``index.html`` from the report dict :func:`labkit.report.build.build` assembles
-    (``machine``, ``date``, ``source``, ``profile``, ``summary``, ``chapters``, ``rows``, ``results``)."""
+    (``machine``, ``date``, ``source``, ``profile``, ``summary``, ``by_kind``, ``chapters``, ``rows``,
+    ``results``, ``machines``: every machine file, this one's included)."""
     src = report["source"]
     commit = (src.get("commit") or "no git checkout")[:12]
     commit += " with local changes" if src.get("dirty") else ""
-    counts = "".join(f"<span>{badge(v)} {n}</span>" for v, n in report["summary"].items())
-    claims = "\n".join(claim_row(r, report["chapters"]) for r in report["rows"])
+    counts = "".join(f"<span>{badge(v)} {n}</span>" for v, n in report["summary"].items() if n)
+    others = [m for m in report.get("machines", []) if m.get("machine") != report["machine"]]
+    heads = "".join(f'<th>{escape(m["machine"].split(" · ")[1] if " · " in m["machine"] else m["machine"])}'
+                    f'<div class="small">{escape(m.get("date", "")[:10])}, '
+                    f'{escape(m.get("commit", ""))}</div></th>'
+                    for m in others)
+    claims = "\n".join(claim_row(r, report["chapters"], others) for r in report["rows"])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -113,10 +158,18 @@ def index_page(report: dict[str, Any]) -> str:
 <code>{escape(commit)}</code>, profile <code>{escape(report["profile"])}</code>, by <code>make report</code>
 (<code>python -m labkit.report</code>). Measured values carry the date their chapter recorded them.</p>
 <p class="counts">{counts}</p>
-<p class="small"><b>holds</b>: the measured or computed value meets the expected range. <b>does not hold
-here</b>: it does not, on this machine (the reason says why). <b>wrong</b>: the tutorial's claim is wrong,
-whatever the machine. <b>needs a GPU</b>: only a GPU can measure it; the computed expectation is shown.
-<b>not measured</b>: the chapter did not record the value.</p>
+<h2>Verdicts by kind of evidence</h2>
+<p class="small">A claim "holds" on one of four kinds of evidence, counted apart: a figure measured on this
+machine, one computed from shipped configs, files or datasheets (the same on any machine), the tutorial's
+own arithmetic re-done with its own inputs, or (for a GPU claim) a GPU run. Outside facts (uptime, release
+dates) are listed but no offline lab can check them.</p>
+{kind_counts(report["by_kind"])}
+<p class="small"><b>holds</b>: the value meets the expected range (a value with a spread over repeated runs
+holds only when the whole interval does). <b>does not hold here</b>: it does not, on this machine (the
+reason says why). <b>depends</b>: the figure depends on a choice (model size, workload), shown beside it.
+<b>wrong</b>: the tutorial's claim is wrong, whatever the machine. <b>inconclusive</b>: the spread over
+repeated runs lies on both sides of the expectation. <b>needs a GPU</b>: only a GPU can measure it; the
+computed expectation is shown. <b>not measured</b>: the chapter did not record the value.</p>
 <h2>Chapters</h2>
 <p class="small">Each page is the chapter as it ran for this report, with its outputs and plots; nothing
 needs to run to read it.</p>
@@ -125,8 +178,9 @@ needs to run to read it.</p>
 {chapter_rows(report["chapters"], report["rows"])}
 </table>
 <h2>Claims</h2>
-<table><tr><th>claim</th><th>the tutorial says</th><th>value</th><th>how it is measured</th><th>verdict</th>
-<th>chapter</th></tr>
+<p class="small">{len(report["rows"])} claims.{OTHERS if others else ""}</p>
+<table><tr><th>claim</th><th>the tutorial says</th><th>value here</th><th>how it is measured</th>
+<th>verdict</th>{heads}<th>chapter</th></tr>
 {claims}
 </table>
 <h2>Every recorded value</h2>

@@ -105,14 +105,29 @@ def write_css(folder: Path, exp=None) -> Path:
     return path
 
 
-def render_notebook(src: Path, dest: Path, title: str, exp=None) -> int:
+DIGEST = re.compile(r'<meta name="labkit-digest" content="([0-9a-f]*)">')
+
+
+def page_digest(page: str) -> str | None:
+    """The chapter digest a page was rendered with (:func:`render_notebook`), or ``None``."""
+    m = DIGEST.search(page)
+    return m[1] if m else None
+
+
+def render_notebook(src: Path, dest: Path, title: str, exp=None, digest: str = "") -> int:
     """Render the executed notebook ``src`` to ``dest`` (HTML, opens offline; ``lab.css`` must sit
-    next to it, see :func:`write_css`). Returns the page's size in bytes."""
+    next to it, see :func:`write_css`), stamped with the chapter's ``digest`` (the staleness test
+    compares it with the tree's) and with the checkout's and home folder's absolute paths made
+    ``.`` and ``~``. Returns the page's size in bytes."""
     import nbformat
+
+    from ..paths import REPO
 
     exp = exp or exporter()
     nb = offline_notebook(nbformat.read(src, as_version=4))
     body, _ = exp.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    body = body.replace("<head>", f'<head>\n<meta name="labkit-digest" content="{digest}">', 1)
+    body = body.replace(str(REPO), ".").replace(str(Path.home()), "~")
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(body)
     return len(body.encode())

@@ -5,6 +5,9 @@
 * ``holds``: the value meets the row's ``expect``;
 * ``does not hold here``: it does not, and the row says that is this machine (``fails = "not here"``);
 * ``wrong``: it does not, and the tutorial is wrong (``fails = "wrong"``); the row's reason says why;
+* ``depends``: it does not, and the figure depends on a choice (model, workload) the row names;
+* ``inconclusive``: the figure was recorded with a spread over repeated runs that straddles ``expect``;
+* ``not checkable offline``: an ``outside`` row (an outside fact), with the reason;
 * ``needs a GPU``: a ``gpu`` row judged on a machine without a CUDA GPU, shown with its computed
   expectation (and what this machine measured, if anything);
 * ``not measured``: the chapter did not record the figure (``not measured (chapter X did not
@@ -20,7 +23,9 @@ from typing import Any
 from .computed import compute
 from .ledger import Claim, holds, split_key
 
-VERDICTS = ("holds", "does not hold here", "wrong", "needs a GPU", "not measured")
+VERDICTS = ("holds", "does not hold here", "depends", "wrong", "inconclusive", "needs a GPU", "not measured",
+            "not checkable offline")
+KINDS = ("measured", "gpu", "computed", "arithmetic", "outside")
 Results = dict[str, dict[str, Any] | None]
 
 
@@ -73,10 +78,18 @@ def judge(claim: Claim, results: Results, device: str = "cpu",
           fns: Callable[[str], dict[str, Any]] = compute) -> dict[str, Any]:
     """One report row for ``claim`` from ``results`` (chapter -> results file dict, or ``None``).
     ``device`` is this machine's, used for checks the report computes itself."""
+    if claim.expect is None:  # an outside fact: nothing to look up
+        return {"id": claim.id, "chapter": claim.chapter, "claim": claim.claim, "tutorial": claim.tutorial,
+                "measure": claim.measure, "section": claim.section, "key": "", "expect": "",
+                "evidence": claim.evidence, "value": None, "unit": "", "note": "", "at": "", "lo": None,
+                "hi": None, "also": [], "expectation": None, "verdict": "not checkable offline",
+                "reason": claim.reason}
+    assert claim.expect is not None
     entry = lookup(claim.key, claim.chapter, results, fns)
     row: dict[str, Any] = {
         "id": claim.id, "chapter": claim.chapter, "claim": claim.claim, "tutorial": claim.tutorial,
-        "measure": claim.measure, "key": claim.key, "expect": claim.expect.text, "where": claim.where,
+        "measure": claim.measure, "section": claim.section, "key": claim.key,
+        "expect": claim.expect.text, "evidence": claim.evidence, "lo": None, "hi": None,
         "value": entry["value"] if entry else None, "unit": entry.get("unit", "") if entry else "",
         "note": entry.get("note", "") if entry else "", "at": entry.get("at", "") if entry else "",
         "also": [], "expectation": None,
@@ -86,7 +99,7 @@ def judge(claim: Claim, results: Results, device: str = "cpu",
         row["also"].append({"key": ref, "value": e["value"] if e else None,
                             "unit": e.get("unit", "") if e else "",
                             "note": e.get("note", "") if e else _missing(ref, claim.chapter)})
-    if claim.where == "gpu" and not _on_gpu(claim, results, device):
+    if claim.evidence == "gpu" and not _on_gpu(claim, results, device):
         exp = lookup(claim.gpu, claim.chapter, results, fns)
         if exp is None or exp.get("value") is None:
             why = _missing(claim.gpu, claim.chapter) if exp is None else exp.get("note", "")
@@ -108,9 +121,20 @@ def judge(claim: Claim, results: Results, device: str = "cpu",
     if entry.get("value") is None:
         why = f"recorded as {entry['nonfinite']}" if entry.get("nonfinite") else entry.get("note", "no value")
         return {**row, "verdict": "not measured", "reason": why}
-    if holds(claim.expect, entry["value"]):
+    ends = [entry[k] for k in ("lo", "hi") if isinstance(entry.get(k), int | float)]
+    if len(ends) == 2:
+        row.update(lo=ends[0], hi=ends[1], n=entry.get("n"))
+        met = [holds(claim.expect, e) for e in ends]
+        if all(met) and holds(claim.expect, entry["value"]):
+            return {**row, "verdict": "holds", "reason": ""}
+        if any(met) or holds(claim.expect, entry["value"]):
+            span = f"{fmt_value(ends[0])}..{fmt_value(ends[1], entry.get('unit', ''))}"
+            return {**row, "verdict": "inconclusive",
+                    "reason": f"over {entry.get('n', '?')} runs the figure spans {span}, on both sides of "
+                              f"{claim.expect.text}"}
+    elif holds(claim.expect, entry["value"]):
         return {**row, "verdict": "holds", "reason": ""}
-    verdict = "wrong" if claim.fails == "wrong" else "does not hold here"
+    verdict = {"wrong": "wrong", "depends": "depends"}.get(claim.fails, "does not hold here")
     return {**row, "verdict": verdict, "reason": claim.reason}
 
 
@@ -131,3 +155,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, int]:
     """How many rows got each verdict, in :data:`VERDICTS` order (zeros included)."""
     counts = Counter(r["verdict"] for r in rows)
     return {v: counts.get(v, 0) for v in VERDICTS}
+
+
+def by_kind(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """For each kind of evidence (:data:`KINDS`), how many rows got each verdict: the report counts
+    "holds" per kind, so a reader sees how much of it was measured and how much is arithmetic."""
+    return {k: summary([r for r in rows if r["evidence"] == k]) for k in KINDS}

@@ -1,0 +1,76 @@
+"""Each machine's figures beside the report (every chapter): ``reports/machines/<machine>.json``.
+
+``make report`` writes the file of the machine it runs on (what each chapter recorded, the digest
+of the chapter sources it ran, and each claim's value and verdict there) and leaves the files other
+machines wrote. The report's front page shows them side by side per claim, so a reader sees how a
+verdict moves with the hardware (an AVX2-only CPU, one with AMX, a GPU); the machine that made the
+pages stays the one the chapters show. Committed files carry no absolute path: the checkout is
+written as ``.`` and the home folder as ``~``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ..paths import REPO
+
+FOLDER = "machines"
+
+
+def slug(machine: str, device: str) -> str:
+    """A file name for a machine line: device, the CPU or GPU's name, and a digest of the whole line
+    (two machines with one CPU name but other ISA, memory or torch get two files)."""
+    first = machine.split(" · ")[1] if " · " in machine else machine
+    name = re.sub(r"\([^)]*\)|\b(R|TM)\b|Processor|CPU", " ", first)
+    words = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].strip("-")
+    return f"{device}-{words}-{hashlib.sha256(machine.encode()).hexdigest()[:8]}"
+
+
+def relative_paths(obj: Any, repo: Path = REPO, home: Path | None = None) -> Any:
+    """``obj`` (JSON-like) with every string's absolute checkout path made ``.`` and home folder ``~``."""
+    home = home or Path.home()
+    if isinstance(obj, str):
+        return obj.replace(str(repo), ".").replace(str(home), "~")
+    if isinstance(obj, dict):
+        return {k: relative_paths(v, repo, home) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [relative_paths(v, repo, home) for v in obj]
+    return obj
+
+
+def machine_record(report: dict[str, Any]) -> dict[str, Any]:
+    """What one machine's file holds, from the report dict: the machine, when and from what, each
+    chapter's digest, run and values, and each claim's value, spread and verdict."""
+    chapters = {short: {"digest": data.get("digest", ""), "started": data.get("started", ""),
+                        "values": data.get("values", {})}
+                for short, data in report["results"].items() if data}
+    rows = {r["id"]: {k: r.get(k) for k in ("value", "unit", "lo", "hi", "verdict", "evidence")}
+            for r in report["rows"]}
+    return {"machine": report["machine"], "device": report["device"], "date": report["date"],
+            "commit": (report["source"].get("commit") or "")[:12], "profile": report["profile"],
+            "summary": report["summary"], "by_kind": report["by_kind"], "chapters": chapters, "rows": rows}
+
+
+def write_machine(out: Path, report: dict[str, Any], folder: str = FOLDER) -> Path:
+    """Write this machine's file into ``out/machines/`` (``out/<folder>``); returns its path."""
+    path = out / folder / f"{slug(report['machine'], report['device'])}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(machine_record(report), indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def read_machines(out: Path) -> list[dict[str, Any]]:
+    """Every machine file in ``out/machines/`` (unreadable ones skipped), each with its ``file`` name."""
+    found = []
+    for path in sorted((out / FOLDER).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("rows"), dict):
+            found.append({**data, "file": f"{FOLDER}/{path.name}"})
+    return found

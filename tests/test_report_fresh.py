@@ -1,0 +1,72 @@
+"""The committed report matches the tree (every chapter): each chapter page and ``reports/results.json``
+were made from the notebook, ledger file and rules in this checkout (their digest), the report judged
+the ledger's current rows, and no committed report file carries an absolute path of the machine that
+made it. When this fails: run ``make report`` (it re-runs only the chapters whose digest changed)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from labkit.chapters import CHAPTERS, digest, names
+from labkit.report.ledger import load_ledger
+from labkit.report.site import page_digest
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports"
+DATA_URI = re.compile(r"data:[\w/+.\-]+;base64,[A-Za-z0-9+/=]+")  # embedded images are not paths
+FIX = "the committed report is stale: run `make report` and commit reports/"
+ABSOLUTE = re.compile(r"(?<![\w.~])/(?:home|root|work|tmp|Users|mnt|var/folders)/[\w.\-]+")
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    path = REPORTS / "results.json"
+    if not path.is_file():
+        pytest.skip("no committed report (reports/results.json)")
+    return json.loads(path.read_text())
+
+
+def stale_chapters(report: dict) -> list[str]:
+    """Chapters whose recorded digest differs from the tree's (a chapter the report left out is
+    skipped only when it has no page)."""
+    out = []
+    for short, info in report["chapters"].items():
+        if short in CHAPTERS and info.get("html") and info.get("digest") != digest(short):
+            out.append(f"{short} (report {info.get('digest')}, tree {digest(short)})")
+    return out
+
+
+def test_every_chapter_of_the_report_was_made_from_this_tree(report):
+    stale = stale_chapters(report)
+    assert not stale, f"{FIX}; changed since: {', '.join(stale)}"
+    assert all(info.get("html") for info in report["chapters"].values()), f"{FIX}: a chapter has no page"
+
+
+def test_every_chapter_page_carries_the_trees_digest():
+    pages = sorted((REPORTS / "chapters").glob("*.html"))
+    if not pages:
+        pytest.skip("no committed chapter pages")
+    by_stem = {names(s)[2]: s for s in CHAPTERS}
+    wrong = [f"{p.name} ({page_digest(p.read_text())} vs {digest(by_stem[p.stem])})" for p in pages
+             if p.stem in by_stem and page_digest(p.read_text()) != digest(by_stem[p.stem])]
+    assert not wrong, f"{FIX}: {', '.join(wrong)}"
+
+
+def test_the_report_judged_the_ledgers_current_rows(report):
+    assert [r["id"] for r in report["rows"]] == [c.id for c in load_ledger()], f"{FIX}: the ledger changed"
+
+
+def test_no_committed_report_file_has_an_absolute_path():
+    files = [p for p in REPORTS.rglob("*") if p.is_file() and p.suffix in (".json", ".html")]
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in files
+             for m in set(ABSOLUTE.findall(DATA_URI.sub("", p.read_text(errors="replace"))))]
+    assert not found, "absolute paths in reports/ (make report writes . and ~):\n" + "\n".join(found[:20])
+
+
+def test_stale_chapters_spots_a_changed_digest():
+    short = next(iter(CHAPTERS))
+    fake = {"chapters": {short: {"html": "x.html", "digest": "0" * 16}}}
+    assert stale_chapters(fake) and not stale_chapters({"chapters": {short: {"digest": "0"}}})
+    assert ABSOLUTE.search("saved to /work/main/build/x.json") and not ABSOLUTE.search("~/.cache/labkit")

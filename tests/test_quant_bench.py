@@ -161,3 +161,29 @@ def test_bytes_per_param_rule():
     assert emb == 128_256 * 4096 * 2
     # INT4 linears with a float16 scale per 128 weights, embedding and head in 8 bits: 0.58 bytes/param
     assert QB.bytes_per_param(total, emb, 4 + 16 / 128, 1) == pytest.approx(0.579, abs=0.001)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int8pack_mm"), reason="no fused INT8 CPU kernel")
+def test_fused_int8_model_computes_labkits_int8_product_in_one_byte_per_weight(model, base):
+    mf, nbytes = QB.fused_int8_model(model)
+    m8 = copy.deepcopy(model)
+    rep = Q.quantize_model(m8, bits=8)
+    linears = Q.quantizable_linears(model)
+    assert all(isinstance(mf.get_submodule(n), QB.FusedInt8Linear) for n, _ in linears)
+    assert nbytes == sum(QB.FusedInt8Linear(m).nbytes() for _, m in linears)
+    assert sum(m.weight.numel() for _, m in linears) < nbytes < rep["fp_bytes"] / 3
+    with torch.inference_mode():
+        a, b = P.window_logits(mf, base.ev), P.window_logits(m8, base.ev)
+    assert torch.allclose(a, b, atol=1e-3)
+    assert not isinstance(model.get_submodule(linears[0][0]), QB.FusedInt8Linear)  # the original is kept
+
+
+def test_decode_rounds_interleave_and_ratio_interval_and_sentence(model, base):
+    tok_s = QB.decode_rounds({"a": model, "b": model}, base.decode_ids, rounds=3, tokens=2)
+    assert set(tok_s) == {"a", "b"} and all(len(v) == 3 and min(v) > 0 for v in tok_s.values())
+    r = QB.ratio_interval([2.0, 4.0, 6.0], [1.0, 2.0, 4.0])  # per-round ratios 2, 2, 1.5
+    assert r["n"] == 3 and r["median"] == 2.0 and r["lo"] == 1.5 and r["hi"] == 2.0
+    assert "faster" in QB.speed_sentence("INT8", "FP32", r)
+    assert "slower" in QB.speed_sentence("INT8", "FP32", {"median": 0.8, "lo": 0.7, "hi": 0.9, "n": 5})
+    even = {"median": 1.1, "lo": 0.9, "hi": 1.2, "n": 5}
+    assert "cannot tell apart" in QB.speed_sentence("INT8", "FP32", even)

@@ -7,7 +7,10 @@ of its linear layers. :func:`first_inputs` keeps, with forward hooks, the first 
 layer sees, for GPTQ's layer-wise error. :func:`torchao_int8` is torchao's INT8 weight-only format
 on the layers labkit quantizes; :func:`kernel_times` times one layer's matmul at batch 1 in every
 form this machine offers (float, labkit's dequantizing layers, PyTorch's fused INT8/INT4 CPU
-kernels, whose INT4 operands :func:`fused_int4_operands` packs). :func:`risk_ladder` is the
+kernels, whose INT4 operands :func:`fused_int4_operands` packs); :func:`fused_int8_model` puts the
+fused INT8 kernel in every linear layer and :func:`decode_rounds` times several models' decode in
+turn, round after round, so :func:`ratio_interval` gives a speed ratio with its spread and
+:func:`speed_sentence` says it in words. :func:`risk_ladder` is the
 tutorial's "what to quantize, by risk". :func:`bytes_per_param` is the whole-model size rule.
 Units: bytes, tokens/s, microseconds (:func:`kernel_times`), nats (KL).
 """
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..hardware.microbench import time_fn
+from ..stats import median_interval
 from . import perplexity as P
 from . import quantize as Q
 from .decode import greedy_decode
@@ -156,16 +160,18 @@ def kernel_calls(lin: nn.Linear, x: torch.Tensor, group: int = 128, device: str 
                  ) -> dict[str, Callable[[], torch.Tensor]]:
     """Label -> a call multiplying ``x`` (1 x in) by ``lin``'s weight: the float matmul, labkit's
     INT8 and INT4 :class:`~labkit.llm.quantize.QuantLinear` and, on a CPU whose torch has them,
-    PyTorch's fused INT8/INT4 weight-only kernels (fed ``x`` in float32)."""
+    PyTorch's fused INT8/INT4 weight-only kernels (fed ``x`` and the scales in ``x``'s dtype: in float32
+    these kernels take a slow path on some CPUs, in bfloat16 a fast one where the CPU has it)."""
     q8, q4 = Q.QuantLinear.from_linear(lin, 8), Q.QuantLinear.from_linear(lin, 4, group)
     calls = {"float matmul": lambda: F.linear(x, lin.weight),
              "labkit INT8 (dequantize + matmul)": lambda: q8(x),
              "labkit INT4 (unpack + dequantize + matmul)": lambda: q4(x)}
     if device == "cpu" and has_fused_cpu_kernels():
-        xf, s8 = x.float(), q8.scales.float().flatten()
-        calls["torch fused INT8 kernel"] = lambda: torch.ops.aten._weight_int8pack_mm(xf, q8.qweight, s8)
-        w4, g4, sz = fused_int4_operands(lin.weight.detach(), group)
-        calls["torch fused INT4 kernel"] = lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(xf, w4, g4, sz)
+        s8 = q8.scales.to(x.dtype).flatten()
+        calls["torch fused INT8 kernel"] = lambda: torch.ops.aten._weight_int8pack_mm(x, q8.qweight, s8)
+        w4, g4, sz = fused_int4_operands(lin.weight.detach().float(), group)
+        sz = sz.to(x.dtype)
+        calls["torch fused INT4 kernel"] = lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, w4, g4, sz)
     return calls
 
 
@@ -204,3 +210,68 @@ def bytes_per_param(total: float, embedding: float, linear_bits: float, embeddin
     """Whole-model bytes per parameter when every parameter but the ``embedding`` ones (embedding
     and head) takes ``linear_bits`` bits and those take ``embedding_bytes`` bytes each."""
     return ((total - embedding) * linear_bits / 8 + embedding * embedding_bytes) / total
+
+
+class FusedInt8Linear(nn.Module):
+    """A linear layer whose INT8 codes (one scale per output row) are multiplied by PyTorch's fused
+    weight-only CPU kernel ``aten._weight_int8pack_mm`` in the input's dtype: no float copy of the
+    weight is made."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        q = Q.QuantLinear.from_linear(linear, 8)
+        self.register_buffer("qweight", q.qweight)
+        self.register_buffer("scales", q.scales.to(linear.weight.dtype).flatten())
+        self.register_buffer("bias", q.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales.to(x.dtype))
+        y = y.reshape(*x.shape[:-1], -1)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def nbytes(self) -> int:
+        """Bytes of the stored tensors (codes, scales, bias)."""
+        return sum(t.numel() * t.element_size() for t in self.buffers())
+
+
+def fused_int8_model(model: nn.Module) -> tuple[nn.Module, int]:
+    """A copy of ``model`` with :class:`FusedInt8Linear` in every layer labkit quantizes, and the
+    bytes of those layers. ``RuntimeError`` when this torch lacks the kernel."""
+    if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+        raise RuntimeError("this torch has no aten._weight_int8pack_mm")
+    m = copy.deepcopy(model)
+    nbytes = 0
+    for name, lin in Q.quantizable_linears(m):
+        parent, _, child = name.rpartition(".")
+        fused = FusedInt8Linear(lin)
+        setattr(m.get_submodule(parent) if parent else m, child, fused)
+        nbytes += fused.nbytes()
+    return m, nbytes
+
+
+def decode_rounds(models: dict[str, nn.Module], prompt_ids: torch.Tensor, rounds: int = 5,
+                  tokens: int = 4) -> dict[str, list[float]]:
+    """Decode tokens/s of each model (:func:`decode_tokens_per_s`), measured in turn in each of
+    ``rounds`` rounds, so a slow spell of a shared machine hits every model alike: name -> list."""
+    out: dict[str, list[float]] = {k: [] for k in models}
+    for _ in range(rounds):
+        for k, m in models.items():
+            out[k].append(decode_tokens_per_s(m, prompt_ids, tokens))
+    return out
+
+
+def ratio_interval(num: list[float], den: list[float]) -> dict[str, float]:
+    """:func:`labkit.stats.median_interval` of the per-round ratios ``num[i] / den[i]``."""
+    return median_interval([a / b for a, b in zip(num, den, strict=True)])
+
+
+def speed_sentence(what: str, base: str, r: dict[str, float]) -> str:
+    """``what`` decodes faster / slower / as fast as ``base``, from the interval ``r`` of their speed
+    ratio (:func:`ratio_interval`): a verdict only when the whole interval is on one side of 1."""
+    span = f"{r['median']:.2f}x (interval {r['lo']:.2f}-{r['hi']:.2f} over {r['n']} rounds)"
+    if r["lo"] > 1:
+        return f"{what} decodes faster than {base}: {span}"
+    if r["hi"] < 1:
+        return f"{what} decodes slower than {base}: {span}"
+    return f"{what} and {base} decode at speeds this machine cannot tell apart: {span}"

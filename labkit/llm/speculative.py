@@ -42,9 +42,13 @@ TASKS = {
             "keeper climbed the narrow stairs, trimmed the wick and watched the beam sweep across the dark "
             "water, warning ships away from the rocks below.",
     "open": "What are three good habits for staying healthy?",
+    "code": "Rename the variable total to subtotal in this Python function and show the whole function:\n\n"
+            "def price(items):\n    total = 0\n    for item in items:\n        total += item.cost\n"
+            "    return total\n",
+    "facts": "Name the planets of the solar system in order from the Sun.",
 }
-"""Chapter 06's two prompts: a copy-heavy rewrite (drafts can be looked up in the prompt) and an
-open question (nothing to copy)."""
+"""Chapter 06's prompts: two that an answer mostly copies (a paragraph rewrite, a code edit: drafts
+can be looked up in the prompt) and two open ones (a question, a list of facts: nothing to copy)."""
 
 
 @dataclass

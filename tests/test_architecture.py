@@ -72,3 +72,18 @@ def test_summary_has_the_tutorial_fields():
     assert (s["architecture"], s["hidden_size"], s["layers"], s["heads"], s["vocab_size"]) == (
         "Qwen3ForCausalLM", 2560, 36, 32, 151936)
     assert summary(load_config("DeepSeek-V3"))["experts"] == 256
+
+
+def test_config_row_and_attention_crossover():
+    from labkit.llm.architecture import attention_crossover_tokens, config_row
+
+    row = config_row("Qwen3-235B-A22B")
+    assert row["layers"] == 94 and row["heads"] == "64/4" and row["experts"] == "8/128"
+    assert row["vocab"] == 151936
+    assert row["params B"].startswith("235 (22.2 active") and row["published B"] == "235/22"
+    assert config_row("smollm2-135m")["off by"] == "0.4%"
+    assert config_row("x", load_config("Qwen3-4B"))["off by"] == "-"
+    small = attention_crossover_tokens(load_config("smollm2-135m"))
+    # 2 x 134.5M FLOPs of weights vs 4 x 9 heads x 64 x 30 layers per cached token
+    assert small == pytest.approx(2 * param_count(load_config("smollm2-135m"))["total"] / (4 * 9 * 64 * 30))
+    assert attention_crossover_tokens(load_config("Llama-3-8B")) > 5 * small

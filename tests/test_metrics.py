@@ -221,3 +221,39 @@ def test_error_text_from_json_html_and_text():
     assert records.error_text(html) == "502 Bad Gateway"
     assert records.error_text(b"<p>upstream\n  timed out</p>") == "upstream timed out"
     assert records.error_text(b"plain text") == "plain text"
+
+
+def _timed(ttft: float, step: float, n: int = 5) -> RequestRecord:
+    chunks = [(ttft + i * step, 1) for i in range(n)]
+    return RequestRecord(status="ok", t_sent=0.0, t_end=chunks[-1][0], output_tokens=n, chunks=chunks)
+
+
+def test_by_prompt_kind_takes_medians_per_kind():
+    recs = [_timed(0.1, 0.05), _timed(0.3, 0.05), _timed(0.5, 0.06), _timed(0.9, 0.07)]
+    fig = metrics.by_prompt_kind(recs, ["short", "short", "long", "long"])
+    assert fig["short"]["ttft_ms"] == pytest.approx(200) and fig["short"]["n"] == 2
+    assert fig["long"]["ttft_ms"] == pytest.approx(700) and fig["long"]["tpot_ms"] == pytest.approx(65)
+    with pytest.raises(ValueError, match="2 records but 1 kinds"):
+        metrics.by_prompt_kind(recs[:2], ["short"])
+
+
+@pytest.mark.parametrize(("long_tpot", "words"), [(61.0, "stayed within 10%"),
+                                                  (79.7, "by much less than TTFT"),
+                                                  (200.0, "did not separate")])
+def test_prompt_length_sentence_follows_the_numbers(long_tpot, words):
+    fig = {"short": {"ttft_ms": 106.0, "tpot_ms": 60.4}, "long": {"ttft_ms": 452.0, "tpot_ms": long_tpot}}
+    text = metrics.prompt_length_sentence(fig)
+    assert words in text and "106 -> 452 ms" in text and f"{long_tpot:.1f}" in text
+
+
+def test_load_run_tokens_add_up_per_request_when_chunks_carry_several(srv, tmp_path):
+    """What chapter 02 once asserted at run time: every token is counted, never a chunk for a token."""
+    from labkit.serving import loadgen
+    from labkit.serving.loadgen import LoadSpec
+
+    srv.opts["tokens_per_chunk"] = 3
+    s = loadgen.run(srv.url, LoadSpec(6, 2, max_tokens=8, warmup=0), out=tmp_path, progress=False)
+    assert s["accounted"] and s["completed"] == 6
+    for r in s["requests"]:
+        assert r.output_tokens == 8 == sum(k for _, k in r.chunks) and r.token_source == "usage-continuous"
+        assert [k for _, k in r.chunks] == [3, 3, 2]

@@ -1,5 +1,6 @@
 """The small MoE layer vs transformers' Qwen3-MoE block (labkit.llm.moe, chapter 03)."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -64,3 +65,22 @@ def test_usage_fraction_and_its_expectation():
     p = init_moe(32, 8, n_experts=64, seed=0)
     _, ids = moe_forward(p, torch.randn(256, 32, generator=torch.Generator().manual_seed(0)), top_k=4)
     assert experts_used_fraction(ids, 64) > 0.9
+
+
+def test_real_like_states_route_lopsided_and_usage_by_batch_draws_rows():
+    from labkit.llm.moe import to_router_width, usage_by_batch, usage_sentence
+
+    g = torch.Generator().manual_seed(1)
+    p = init_moe(32, 8, n_experts=64, seed=0)
+    uniform = usage_by_batch(p["router"], torch.randn(300, 32, generator=g), 4, [1, 64, 256])
+    # rows that share one common direction, as real hidden states do
+    shared = torch.randn(1, 96, generator=g) * 3 + 0.3 * torch.randn(300, 96, generator=g)
+    lopsided = usage_by_batch(p["router"], to_router_width(shared, 32), 4, [1, 64, 256])
+    assert uniform[1] == lopsided[1] == 4 / 64
+    assert uniform[256] > 0.95 and lopsided[256] < uniform[256] - 0.2
+    assert to_router_width(shared, 32).shape == (300, 32)
+    with pytest.raises(ValueError, match="at least that many rows"):
+        usage_by_batch(p["router"], torch.randn(10, 32), 4, [16])
+    text = usage_sentence("X", {1: 0.0625, 256: 0.71}, {256: 1.0}, 256)
+    assert "most of them" in text and "71%" in text and "100%" in text
+    assert "nearly all" in usage_sentence("X", {1: 0.0625, 256: 0.97}, {256: 1.0}, 256)

@@ -96,3 +96,20 @@ def test_bundled_model_matches_transformers_fp32():
     _check_against(model, w, cfg, ids, atol=1e-4)
     hf = model.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1]:].tolist()
     assert sl.generate(w, cfg, ids, 8)["tokens"] == hf
+
+
+def test_power_law_exponent_fits_every_point():
+    n = [32, 64, 128, 256, 512]
+    assert sl.power_law_exponent(n, [3e-6 * x**2 for x in n]) == pytest.approx(2.0)
+    assert sl.power_law_exponent(n, [0.09] * 5) == pytest.approx(0.0, abs=1e-12)
+    noisy = [0.05 * x * f for x, f in zip(n, [1.3, 1.0, 1.0, 1.0, 0.8], strict=True)]  # endpoints off
+    two_point = torch.tensor(noisy[-1] / noisy[0]).log().item() / torch.tensor(16.0).log().item()
+    assert abs(sl.power_law_exponent(n, noisy) - 1) < abs(two_point - 1)
+    with pytest.raises(ValueError, match="three"):
+        sl.power_law_exponent([1, 2], [1.0, 2.0])
+
+
+def test_kv_scaling_sentence_says_which_work_dominates():
+    below = sl.kv_scaling_sentence(0.90, 0.06, 512, 3892)
+    assert "n^0.90" in below and "n^0.06" in below and "3,892 tokens" in below and "weights outweigh" in below
+    assert "attention outweighs" in sl.kv_scaling_sentence(1.8, 0.9, 65536, 3892)

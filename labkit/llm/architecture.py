@@ -178,3 +178,37 @@ def summary(config: dict[str, Any]) -> dict[str, Any]:
         "params_total": counts["total"],
         "params_active": counts["active"],
     }
+
+
+# The published sizes (total, active) in billions of parameters that chapter 03 compares its counts with.
+PUBLISHED_B: dict[str, tuple[float, float]] = {
+    "Qwen3-4B": (4.0, 4.0), "Llama-3-8B": (8.03, 8.03), "DeepSeek-V3": (671, 37),
+    "Qwen3-235B-A22B": (235, 22), "smollm2-135m": (0.135, 0.135)}
+
+
+def config_row(name: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One table row describing a model's config (chapter 03): the fields a reader looks up first
+    (architecture class, width, depth, heads, KV heads, vocabulary, experts) and the parameter count
+    derived from them, in billions, beside the published size when :data:`PUBLISHED_B` has it."""
+    s = summary(config if config is not None else load_config(name))
+    pub = PUBLISHED_B.get(name)
+    total, active = s["params_total"] / 1e9, s["params_active"] / 1e9
+    return {"model": name, "class": s["architecture"], "layers": s["layers"], "hidden": s["hidden_size"],
+            "heads": f"{s['heads']}/{s['kv_heads']}", "vocab": s["vocab_size"],
+            "experts": f"{s['experts_per_token']}/{s['experts']}" if s["experts"] else "-",
+            "params B": f"{total:.3g}" + (f" ({active:.3g} active)" if active < total else ""),
+            "published B": "-" if pub is None
+            else f"{pub[0]:g}" + (f"/{pub[1]:g}" if pub[1] != pub[0] else ""),
+            "off by": "-" if pub is None else f"{max(abs(total / pub[0] - 1), abs(active / pub[1] - 1)):.1%}"}
+
+
+def attention_crossover_tokens(config: dict[str, Any]) -> float:
+    """Context length (tokens) at which one decode step's attention work (scores and the weighted
+    sum: 4 x heads x head dim FLOPs per cached token per layer) equals its weight work (2 FLOPs per
+    parameter a token passes through, the LM head included, the input lookup not); below it the
+    weights dominate a step (chapter 03). Multi-head latent attention is counted as plain heads."""
+    c = text_config(config)
+    emb = embedding_params(config)
+    weight_flops = 2 * (param_count(config)["active"] - emb["matrices"] + emb["matrix"])
+    attention_per_token = 4 * c["num_attention_heads"] * head_dim(c) * c["num_hidden_layers"]
+    return weight_flops / attention_per_token

@@ -77,3 +77,40 @@ def expected_used_fraction(n_experts: int, top_k: int, n_tokens: int) -> float:
     """Fraction of experts a batch of ``n_tokens`` touches if each token picks ``top_k`` distinct
     experts uniformly at random: ``1 - (1 - k/E) ** n``."""
     return 1.0 - (1.0 - top_k / n_experts) ** n_tokens
+
+
+def to_router_width(states: torch.Tensor, d_model: int, seed: int = 0) -> torch.Tensor:
+    """Real hidden states ``(N, h)`` (any model's) brought to a router of width ``d_model``: each row
+    RMS-normalised (a router sees the layer's normed input) and mapped by a fixed random Gaussian
+    projection, which keeps the directions the rows share (chapter 03)."""
+    x = states.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    g = torch.Generator().manual_seed(seed)
+    return x @ (torch.randn(x.shape[1], d_model, generator=g) / x.shape[1] ** 0.5)
+
+
+def usage_by_batch(router: torch.Tensor, pool: torch.Tensor, top_k: int, batches: list[int],
+                   draws: int = 8, seed: int = 0) -> dict[int, float]:
+    """Mean fraction of the router's experts one step of ``b`` tokens uses, for each ``b`` in
+    ``batches``: ``draws`` steps per size, each ``b`` rows of ``pool`` ``(N, d)`` drawn without
+    replacement (``b <= N``), as ``b`` concurrent requests would bring them (chapter 03)."""
+    if max(batches) > pool.shape[0]:
+        raise ValueError(f"a step of {max(batches)} tokens needs at least that many rows; "
+                         f"pool has {pool.shape[0]}")
+    g = torch.Generator().manual_seed(seed)
+    n_experts = router.shape[0]
+    out = {}
+    for b in batches:
+        used = [experts_used_fraction(route(pool[torch.randperm(pool.shape[0], generator=g)[:b]], router,
+                                            top_k)[1], n_experts) for _ in range(draws)]
+        out[b] = sum(used) / draws
+    return out
+
+
+def usage_sentence(name: str, used: dict[int, float], balanced: dict[int, float], b: int) -> str:
+    """What a step of ``b`` tokens read of ``name``'s experts, against a balanced router (chapter 03)."""
+    share = used[b]
+    verdict = ("nearly all of them" if share >= 0.95 else "most of them" if share >= 0.5
+               else "a minority of them")
+    return (f"{name}-like layer, real hidden states: one token reads {used[1]:.1%} of the experts; a step of "
+            f"{b} tokens reads {share:.0%}, {verdict} (a perfectly balanced router: {balanced[b]:.0%}).")

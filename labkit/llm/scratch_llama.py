@@ -251,3 +251,27 @@ def decode_step_seconds(
         feed = tokens[:, i:i + 1] if cache is not None else tokens[:, :i + 1]
         out.append(timed(partial(step_on, feed), str(device))[1])
     return out
+
+
+def power_law_exponent(lengths: list[int], seconds: list[float]) -> float:
+    """The exponent ``e`` of ``seconds ~ lengths ** e``: the least-squares slope of log time on log
+    length over every point of a sweep (not two endpoints), as for decode step times (chapter 03)."""
+    if len(lengths) < 3 or len(lengths) != len(seconds):
+        raise ValueError("need at least three (length, time) pairs of equal count")
+    x, y = torch.tensor(lengths, dtype=torch.float64).log(), torch.tensor(seconds, dtype=torch.float64).log()
+    x = x - x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def kv_scaling_sentence(e_uncached: float, e_cached: float, longest: int, crossover: float) -> str:
+    """How decode step time grew with context, fitted exponents beside what attention alone would
+    give (2 without the cache, 1 with it), and why they differ below ``crossover`` tokens, where
+    weight work outweighs attention work (:func:`labkit.llm.architecture.attention_crossover_tokens`)."""
+    text = (f"Fitted over the sweep, a decode step grows like n^{e_uncached:.2f} without the cache and "
+            f"n^{e_cached:.2f} with it; attention alone would give n^2 and n^1. ")
+    if longest < crossover:
+        return text + (f"Up to {longest} tokens this model's weights outweigh its attention (the two match "
+                       f"near {crossover:,.0f} tokens), so a step is mostly weight work, which grows like n "
+                       "without the cache and stays fixed with it: exponents near 1 and 0 are expected here.")
+    return text + (f"Past {crossover:,.0f} tokens attention outweighs the weights, so the fit nears "
+                   "those powers.")

@@ -175,3 +175,33 @@ def format_report(s: Summary, title: str = "") -> str:
         lines.append(f"warning      {s['output_tokens_unknown']} requests with unknown token counts "
                      "(no usage from the server and no tokenizer): TPOT/ITL leave them out")
     return "\n".join(lines)
+
+
+def by_prompt_kind(records: Sequence[RequestRecord], kinds: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Median TTFT and TPOT in ms of ``records`` grouped by the kind of prompt each sent (``kinds``,
+    one per record, e.g. "short"/"long"): ``{kind: {"ttft_ms", "tpot_ms", "n"}}`` (chapter 02)."""
+    if len(records) != len(kinds):
+        raise ValueError(f"{len(records)} records but {len(kinds)} kinds")
+    out: dict[str, dict[str, float]] = {}
+    for kind in dict.fromkeys(kinds):
+        figs = [request_metrics(r) for r, k in zip(records, kinds, strict=True) if k == kind]
+        out[kind] = {"ttft_ms": float(summary([f["ttft_s"] for f in figs])["median"]) * 1e3,
+                     "tpot_ms": float(summary([f["tpot_s"] for f in figs])["median"]) * 1e3, "n": len(figs)}
+    return out
+
+
+def prompt_length_sentence(fig: Mapping[str, Mapping[str, float]], short: str = "short", long: str = "long",
+                           flat: float = 0.10) -> str:
+    """One sentence on how TTFT and TPOT moved from ``short`` to ``long`` prompts (medians from
+    :func:`by_prompt_kind`); a TPOT change within ``flat`` (10%) is called flat."""
+    a, b = fig[short], fig[long]
+    t_x, p_ch = b["ttft_ms"] / a["ttft_ms"], b["tpot_ms"] / a["tpot_ms"] - 1
+    head = (f"From {short} to {long} prompts the median TTFT went {a['ttft_ms']:.0f} -> "
+            f"{b['ttft_ms']:.0f} ms "
+            f"({t_x:.1f}x) and the median TPOT {a['tpot_ms']:.1f} -> {b['tpot_ms']:.1f} ms ({p_ch:+.0%}): ")
+    if abs(p_ch) <= flat:
+        return head + "TPOT stayed within 10%, since each decode step still handles one token."
+    if p_ch > 0 and t_x - 1 > 2 * p_ch:
+        return head + ("TPOT grew too, but by much less than TTFT: a decode step handles one token, yet "
+                       "attends over a longer context.")
+    return head + "TPOT moved about as much as TTFT here, so prompt length did not separate the two phases."

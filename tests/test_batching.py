@@ -168,3 +168,19 @@ def test_alternating_runs_interleave_calibration_and_the_measured_run():
     for one, four, cont in zip(ones, fours, conts, strict=True):
         assert max(r.t_sent for r in one["requests"]) < min(r.t_sent for r in four["requests"])
         assert max(r.t_sent for r in four["requests"]) < min(r.t_sent for r in cont["requests"])
+
+
+def test_alternating_runs_can_run_the_workload_in_fewer_rounds_than_the_calibration():
+    work = [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 2} for i in range(4)]
+    with fake_server(step_s=0.002) as srv:
+        ones, fours, conts = B.alternating_runs(srv.url, "fake", work, batch=2, rounds=5, continuous_rounds=3)
+        for bad in (0, 6):
+            with pytest.raises(ValueError, match="continuous runs"):
+                B.alternating_runs(srv.url, "fake", work, batch=2, rounds=5, continuous_rounds=bad)
+    assert [len(ones), len(fours), len(conts)] == [5, 5, 3]
+    # spread out: the workload follows rounds 0, 2 and 4 (each after that round's concurrency-4 run)
+    for r, cont in zip((0, 2, 4), conts, strict=True):
+        sent = min(q.t_sent for q in cont["requests"])
+        assert max(q.t_sent for q in fours[r]["requests"]) < sent
+        if r < 4:
+            assert sent < min(q.t_sent for q in ones[r + 1]["requests"])

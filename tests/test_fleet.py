@@ -189,6 +189,13 @@ def test_the_burst_makes_the_plain_autoscaler_late_whatever_the_request_time():
     assert fleet.seed_verdict(plain, warm)["held"], (plain, warm)
 
 
+def test_the_burst_is_late_without_a_pool_and_cut_by_one_on_a_fast_server_too():
+    # a GPU replica answers in seconds: the burst still outruns a cold start of at least the 40 s weight
+    # pull, so the chapter's warm-pool check cannot see 0 -> 0 there either
+    plain, warm = burst_hurt(3.0, 45.0, range(2)), burst_hurt(3.0, 45.0, range(2), warm_pool=1)
+    assert min(plain) > 0 and fleet.seed_verdict(plain, warm)["held"], (plain, warm)
+
+
 def test_over_seeds_runs_every_config_on_each_seeds_trace():
     seen = []
 

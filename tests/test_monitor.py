@@ -399,6 +399,15 @@ def test_dashboard_covers_the_watch_list():
     assert "waiting" in text and "TPS 20.0" in text
 
 
+def test_watch_list_says_which_items_a_run_can_fill():
+    full = monitor.watch_list(monitor.dashboard(SAMPLES, REQS))
+    assert list(full) == list(monitor.WATCH_LIST)
+    assert [k for k, v in full.items() if not v] == ["replica count"]        # one server, not a fleet
+    host = monitor.watch_list(monitor.dashboard([{"t_perf": 0.0, "cpu_pct": 10.0}], []))
+    assert not any(host[k] for k in ("request volume", "status codes", "TTFT", "GPU utilization", "VRAM",
+                                     "queue depth"))
+
+
 def test_dashboard_without_requests_or_server():
     d = monitor.dashboard([{"t_perf": 0.0, "cpu_pct": 10.0}], [])
     assert d["requests"] == 0 and d["codes"] == {} and math.isnan(d["running"]["max"])

@@ -176,15 +176,21 @@ def calibration_runs(url: str, model: str) -> tuple[dict[str, Any], dict[str, An
 
 def alternating_runs(url: str, model: str, requests: Requests, batch: int, rounds: int = 3,
                      watch_first: AbstractContextManager[Any] | None = None,
+                     continuous_rounds: int | None = None,
                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """``rounds`` rounds of (the two calibration runs of :func:`calibration_runs`, then
-    :func:`continuous` on ``requests``), so that a passing burst of load on the host hits the
+    """``rounds`` rounds of the two calibration runs of :func:`calibration_runs`, ``continuous_rounds``
+    of them (default: every one; else spread evenly, the first and last among them) followed by
+    :func:`continuous` on ``requests``, so that a passing burst of load on the host hits the
     calibration and the measured run alike; the simulator gets the fastest calibrations
-    (:func:`step_costs`) and is judged against the median continuous run.
+    (:func:`step_costs`) and is judged against the median continuous run. Chapter 08 runs 5 cheap
+    calibration pairs and 3 continuous runs (a continuous run costs about as much as 3 pairs).
     ``watch_first`` (e.g. a monitor's sampler) is entered around the first continuous run only.
-    Returns (concurrency-1 runs, concurrency-4 runs, continuous runs), one of each per round."""
-    if rounds < 1:
-        raise ValueError(f"rounds={rounds}: run at least one round")
+    Returns (concurrency-1 runs, concurrency-4 runs, continuous runs), one calibration of each per round."""
+    n_cont = rounds if continuous_rounds is None else continuous_rounds
+    if rounds < 1 or not 1 <= n_cont <= rounds:
+        raise ValueError(f"rounds={rounds}, continuous_rounds={continuous_rounds}: run at least one round, "
+                         "and between 1 and rounds continuous runs")
+    with_cont = {int(i) for i in np.round(np.linspace(0, rounds - 1, n_cont))}
     ones: list[dict[str, Any]] = []
     fours: list[dict[str, Any]] = []
     conts: list[dict[str, Any]] = []
@@ -192,8 +198,9 @@ def alternating_runs(url: str, model: str, requests: Requests, batch: int, round
         one, four = calibration_runs(url, model)
         ones.append(one)
         fours.append(four)
-        with watch_first if (i == 0 and watch_first is not None) else contextlib.nullcontext():
-            conts.append(continuous(url, model, requests, batch))
+        if i in with_cont:
+            with watch_first if (not conts and watch_first is not None) else contextlib.nullcontext():
+                conts.append(continuous(url, model, requests, batch))
     return ones, fours, conts
 
 

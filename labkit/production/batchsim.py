@@ -12,7 +12,8 @@ size). Requests come from :func:`mixed_requests` (a synthetic mix) or :func:`wor
   then run the batch: prefill = its prompt tokens x ``prefill_s_per_token``, then decode steps at
   the batch's size until its longest output is done. A request whose output is shorter keeps its
   slot to the end (static batching's waste), and every request of the batch returns when the batch
-  ends (request-level batching, like HF ``generate``).
+  ends (request-level batching, like HF ``generate``). With ``padded=False`` finished sequences
+  leave the steps (a gate in front of vLLM): the slots still wait, but cost nothing.
 * ``dynamic``: like static, but a batch also starts once the oldest queued request has waited
   ``timeout_s`` seconds (or at once if it already has when the engine frees up).
 * ``continuous`` (iteration-level, what vLLM does): at the start of each step, waiting requests are
@@ -151,10 +152,14 @@ def _check(policy: str, requests: Sequence[dict[str, Any]], max_batch: int, time
 
 
 def simulate_batching(policy: str, requests: Sequence[dict[str, Any]], cost: StepCost, max_batch: int,
-                      timeout_s: float = 0.1) -> dict[str, Any]:
+                      timeout_s: float = 0.1, padded: bool = True) -> dict[str, Any]:
     """Serve ``requests`` (dicts as :func:`mixed_requests` makes) on one engine under ``policy``
     (see the module docstring) with at most ``max_batch`` sequences per batch; ``timeout_s`` is
-    dynamic batching's longest wait (s). Returns ``policy``, ``n``, ``completed``, ``accounted``
+    dynamic batching's longest wait (s). ``padded=False`` (static and dynamic only) models a gate in
+    front of an engine that drops finished sequences from its steps (chapter 08's measured static
+    policy on vLLM): a batch still waits for its longest request, but each step costs the decode step
+    at the number of sequences still generating, and each request returns when it is done.
+    Returns ``policy``, ``n``, ``completed``, ``accounted``
     (completed + still queued + still running == n), ``makespan_s`` (first arrival to last answer),
     ``throughput_tok_s`` (output tokens / makespan), ``request_throughput`` (requests/s),
     ``p50/p90/p99_e2e_s`` and ``p50/p99_ttft_s`` (client-visible, s), ``mean_batch`` (sequences
@@ -201,10 +206,14 @@ def simulate_batching(policy: str, requests: Sequence[dict[str, Any]], cost: Ste
             batch, queue[:] = queue[:max_batch], queue[max_batch:]
             t0 = env.now
             prefill = cost.prefill_s_per_token * sum(reqs[i]["input_tokens"] for i in batch)
-            longest = max(reqs[i]["output_tokens"] for i in batch)
-            yield from step(prefill + longest * cost.decode_step_s(len(batch)), len(batch))
-            for i in batch:
-                recs[i].update(start_s=float(t0), first_token_s=float(env.now), end_s=float(env.now))
+            outs = np.array([reqs[i]["output_tokens"] for i in batch])
+            live = (outs[None, :] >= np.arange(1, outs.max() + 1)[:, None]).sum(axis=1)  # per step
+            steps = np.full(live.size, len(batch)) if padded else live
+            ends = t0 + prefill + np.cumsum([cost.decode_step_s(int(b)) for b in steps])
+            yield from step(float(ends[-1] - t0), len(batch))
+            for i, o in zip(batch, outs, strict=True):
+                end = float(env.now) if padded else float(ends[o - 1])
+                recs[i].update(start_s=float(t0), first_token_s=end, end_s=end)
             st["done"] += len(batch)
 
     def iteration_level():

@@ -278,3 +278,25 @@ def monitor_main(args: argparse.Namespace) -> int:
         return 2
     live(args.url, args.interval, args.count, out=sys.stdout)
     return 0
+
+
+WATCH_LIST = ("request volume", "status codes", "TTFT", "TPS", "end-to-end latency", "GPU utilization",
+              "VRAM", "replica count", "queue depth", "input lengths", "output lengths")
+
+
+def watch_list(d: dict[str, Any]) -> dict[str, bool]:
+    """Which items of the tutorial's monitoring list (:data:`WATCH_LIST`) a :func:`dashboard` dict
+    has a finite figure for. One server has no replica count; a host without NVML has no GPU ones."""
+    def fin(x: Any) -> bool:
+        return isinstance(x, int | float) and bool(np.isfinite(x))
+
+    def gpu(suffix: str) -> bool:
+        return any(k.endswith(suffix) and fin(v.get("mean")) for k, v in d.items() if isinstance(v, dict))
+    figures = {"TTFT": d["ttft_ms"]["p99"], "TPS": d["tps"], "end-to-end latency": d["e2e_ms"]["p99"],
+               "queue depth": d["waiting"]["mean"], "input lengths": d["prompt_tokens"]["p99"],
+               "output lengths": d["output_tokens"]["p99"]}
+    out = {k: fin(v) for k, v in figures.items()} | {"request volume": d["requests"] > 0,
+                                                      "status codes": bool(d["codes"])}
+    out |= {"GPU utilization": gpu("util_pct"), "VRAM": gpu("mem_used_bytes"),
+            "replica count": "replicas" in d}
+    return {k: out[k] for k in WATCH_LIST}

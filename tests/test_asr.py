@@ -75,3 +75,17 @@ def test_tiny_whisper_transcribes_and_the_timer_covers_the_decoding():
     parts = asr.stream(model, audio, chunk_s=2.0)
     assert [round(p["start_s"], 1) for p in parts] == [0.0, 2.0]
     assert all(p["wall_s"] > 0 for p in parts)
+
+
+def test_whisper_params_match_the_published_counts():
+    from labkit.report.computed import WHISPER_LARGE_V3
+
+    assert asr.whisper_params(WHISPER_LARGE_V3) == 1_543_490_560  # openai/whisper-large-v3
+    base = dict(d_model=512, encoder_layers=6, decoder_layers=6, ffn=2048, positions=1500, vocab=51865)
+    assert asr.whisper_params(base, n_mels=80) == 72_593_920  # openai/whisper-base
+
+
+def test_ctranslate2_knows_no_mps_device():
+    ok, said = asr.ctranslate2_supports("mps")
+    assert ok is False and "mps" in said
+    assert asr.ctranslate2_supports("cpu")[0] is True

@@ -197,3 +197,35 @@ def batch_transcribe(
 def hour_seconds(x_realtime: float) -> float:
     """Seconds to transcribe one hour of audio at ``x_realtime`` times real time."""
     return 3600.0 / x_realtime
+
+
+def whisper_params(shape: dict[str, float], n_mels: int = 128, text_positions: int = 448) -> int:
+    """Parameters of a Whisper model of ``shape`` (``d_model``, ``encoder_layers``, ``decoder_layers``,
+    ``ffn``, ``positions``, ``vocab``; e.g. large-v3's in :mod:`labkit.report.computed`): two convolutions
+    and learned positions before the encoder, attention (q, v, out with bias, k without) and MLP blocks
+    with layer norms, cross-attention in the decoder, a token embedding tied with the output layer.
+    Large-v3 (128 mel bins): 1,543,490,560."""
+    d, ffn = int(shape["d_model"]), int(shape["ffn"])
+    attention = 4 * d * d + 3 * d
+    mlp = 2 * d * ffn + ffn + d
+    encoder_layer = attention + mlp + 2 * 2 * d
+    decoder_layer = 2 * attention + mlp + 3 * 2 * d
+    stem = (n_mels * d * 3 + d) + (d * d * 3 + d) + int(shape["positions"]) * d + 2 * d
+    head = int(shape["vocab"]) * d + text_positions * d + 2 * d
+    layers = int(shape["encoder_layers"]) * encoder_layer + int(shape["decoder_layers"]) * decoder_layer
+    return layers + stem + head
+
+
+def ctranslate2_supports(device: str) -> tuple[bool, str]:
+    """``(supported, what CTranslate2 said)``: whether faster-whisper's backend accepts ``device``
+    (``"cpu"``, ``"cuda"``, ``"mps"``) as a device name, asked through its compute-type query. A
+    known device without hardware (CUDA on a CPU machine) counts as supported: the name is valid."""
+    import ctranslate2
+
+    try:
+        types = ctranslate2.get_supported_compute_types(device)
+    except ValueError as e:  # an unknown device name
+        return False, f"ValueError: {e}"
+    except RuntimeError as e:  # a known backend without a working device here
+        return True, f"known device, none usable here: {' '.join(str(e).split())[:80]}"
+    return True, f"compute types {', '.join(sorted(types))}"

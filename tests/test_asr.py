@@ -78,7 +78,7 @@ def test_tiny_whisper_transcribes_and_the_timer_covers_the_decoding():
 
 
 def test_whisper_params_match_the_published_counts():
-    from labkit.report.computed import WHISPER_LARGE_V3
+    from labkit.media.asr import WHISPER_LARGE_V3
 
     assert asr.whisper_params(WHISPER_LARGE_V3) == 1_543_490_560  # openai/whisper-large-v3
     base = dict(d_model=512, encoder_layers=6, decoder_layers=6, ffn=2048, positions=1500, vocab=51865)

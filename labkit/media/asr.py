@@ -36,6 +36,14 @@ AUDIO_DIR = DATA / "audio"
 CLEAN = dict(without_timestamps=True, temperature=0.0, language="en", condition_on_previous_text=False)
 
 
+# Whisper large-v3's shape, from its config.json on the Hugging Face hub (openai/whisper-large-v3,
+# read 2025): d_model 1280, 32 encoder and 32 decoder layers, FFN 5120, 1500 encoder positions per
+# 30 s window, vocabulary 51,866.
+WHISPER_LARGE_V3 = {"d_model": 1280, "encoder_layers": 32, "decoder_layers": 32, "ffn": 5120,
+                    "positions": 1500, "vocab": 51866, "window_s": 30.0}
+
+
+
 def whisper_device(device: str = "auto") -> tuple[str, str, str]:
     """``(device, compute_type, note)`` for CTranslate2: CUDA with float16 when a CUDA GPU is
     visible, else the CPU with int8. CTranslate2 has no Apple MPS backend: on a Mac the model
@@ -201,7 +209,7 @@ def hour_seconds(x_realtime: float) -> float:
 
 def whisper_params(shape: dict[str, float], n_mels: int = 128, text_positions: int = 448) -> int:
     """Parameters of a Whisper model of ``shape`` (``d_model``, ``encoder_layers``, ``decoder_layers``,
-    ``ffn``, ``positions``, ``vocab``; e.g. large-v3's in :mod:`labkit.report.computed`): two convolutions
+    ``ffn``, ``positions``, ``vocab``; e.g. :data:`WHISPER_LARGE_V3`): two convolutions
     and learned positions before the encoder, attention (q, v, out with bias, k without) and MLP blocks
     with layer norms, cross-attention in the decoder, a token embedding tied with the output layer.
     Large-v3 (128 mel bins): 1,543,490,560."""

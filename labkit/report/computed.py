@@ -19,12 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..hardware.catalog import ACCELERATORS
+from ..media.asr import WHISPER_LARGE_V3
 
-# Whisper large-v3's shape, from its config.json on the Hugging Face hub (openai/whisper-large-v3,
-# read 2025): d_model 1280, 32 encoder and 32 decoder layers, FFN 5120, 1500 encoder positions per
-# 30 s window, vocabulary 51,866.
-WHISPER_LARGE_V3 = {"d_model": 1280, "encoder_layers": 32, "decoder_layers": 32, "ffn": 5120,
-                    "positions": 1500, "vocab": 51866, "window_s": 30.0}
 TOKENS_PER_WINDOW = 100  # assumption: speech at ~150 words/minute is ~75 words, ~100 tokens per 30 s
 
 

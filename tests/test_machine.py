@@ -53,3 +53,18 @@ def test_memory_in_use_grows_with_allocation():
     after = machine.memory_in_use("cpu")
     assert after - before > 32 * 2**20
     del block
+
+
+def test_cuda_one_liner_raises_without_a_gpu_and_names_it_with_one(monkeypatch):
+    import torch
+
+    def no_gpu(i=0):
+        raise RuntimeError("Found no NVIDIA driver on your system.")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", no_gpu)
+    out = machine.cuda_one_liner()
+    assert out == {"ran": False, "output": "RuntimeError: Found no NVIDIA driver on your system."}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA GeForce RTX 3060")
+    assert machine.cuda_one_liner() == {"ran": True, "output": "True NVIDIA GeForce RTX 3060"}

@@ -106,3 +106,53 @@ def test_weights_dir_of_the_bundled_model():
     folder = models.weights_dir("smollm2-135m")
     assert folder == models.llm_dir("float32")
     assert (folder / "config.json").exists() and (folder / "model.safetensors").exists()
+
+
+# What chapters 01 and 05 used to check at run time, though it holds by construction of the bundled
+# files: the same on every machine, so it is tested here once.
+
+def test_bundled_tokenizer_counts_the_tutorials_examples():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(models.llm_dir("float32"))
+    count = {t: len(tok(t, add_special_tokens=False)["input_ids"])
+             for t in ("Hello world", "unbelievable", "inference", "engineering")}
+    assert count == {"Hello world": 2, "unbelievable": 3, "inference": 2, "engineering": 1}
+    assert len(tok) == 49152
+
+
+def test_forward_flops_are_two_per_parameter_per_token():
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model, tok = models.load_llm(dtype="float32", device="cpu")
+    text = "Inference engineering makes generative models fast, cheap and reliable. " * 2
+    batch = tok(text, return_tensors="pt")
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(**batch)
+    rule = 2 * sum(p.numel() for p in model.parameters()) * batch["input_ids"].shape[1]
+    assert abs(counter.get_total_flops() / rule - 1) < 0.15
+
+
+def test_gguf_formats_predict_the_files_tensor_bytes():
+    from labkit.llm.memory import weight_bytes
+    from labkit.llm.weight_formats import gguf_summary
+
+    gg = gguf_summary(models.gguf_path())
+    predicted = sum(weight_bytes(r["params"], name.lower()) for name, r in gg["types"].items())
+    assert abs(predicted / gg["bytes"] - 1) < 0.01
+    assert models.gguf_path().stat().st_size >= gg["bytes"]
+
+
+def test_gguf_q4_1_tensor_dequantizes_to_the_safetensors_copy_made_from_it():
+    import gguf
+    import numpy as np
+    from safetensors import safe_open
+
+    from labkit.llm.weight_formats import gguf_tensor
+
+    t = gguf_tensor(models.gguf_path(), "blk.0.ffn_down.weight")
+    full = gguf.quants.dequantize(t.data, t.tensor_type)
+    with safe_open(str(models.llm_dir("float32") / "model.safetensors"), framework="pt") as f:
+        st = f.get_tensor("model.layers.0.mlp.down_proj.weight").numpy()
+    assert float(np.abs(full - st).max()) < 1e-6

@@ -222,3 +222,15 @@ def memory_in_use(device: str) -> int:
     import psutil
 
     return psutil.Process().memory_info().rss
+
+
+def cuda_one_liner() -> dict[str, Any]:
+    """The setup guide's one-line CUDA check (chapter 00), run as written: whether CUDA is available,
+    then the name of device 0. ``{"ran": bool, "output": what it printed, or the exception it raised}``:
+    without a CUDA GPU the name lookup raises rather than printing ``False``."""
+    import torch
+
+    try:
+        return {"ran": True, "output": f"{torch.cuda.is_available()} {torch.cuda.get_device_name(0)}"}
+    except Exception as e:  # noqa: BLE001 - whatever it raises is the answer
+        return {"ran": False, "output": f"{type(e).__name__}: {' '.join(str(e).split())}"}

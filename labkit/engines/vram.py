@@ -1,0 +1,51 @@
+"""Will a ``vllm serve`` command fit a GPU's memory? (chapter 05, "The inference software stack").
+
+vLLM loads the weights, then keeps room for the KV cache of at least one sequence as long as the
+model's context (``--max-model-len``; by default the config's ``max_position_embeddings``), inside
+``--gpu-memory-utilization`` (0.9 by default) of the GPU's memory; it refuses to start otherwise.
+:func:`serve_need` adds those two up from a model config; sizes in bytes (1 GB = 1e9 bytes).
+Activations and CUDA graphs take a little more on a real GPU, so these are lower bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..llm.architecture import param_count, text_config
+from ..llm.kvcache import kv_cache_bytes_for_config
+
+DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+
+
+def default_max_len(config: dict[str, Any]) -> int:
+    """The context vLLM serves when ``--max-model-len`` is not given: the config's
+    ``max_position_embeddings``."""
+    return int(text_config(config)["max_position_embeddings"])
+
+
+def serve_need(config: dict[str, Any], dtype_bytes: float = 2,
+               max_model_len: int | None = None) -> dict[str, float]:
+    """Bytes ``vllm serve`` needs at least: ``weights`` (parameters x ``dtype_bytes``), ``kv`` (one
+    sequence of ``max_model_len`` tokens, KV cache in the same dtype), ``total`` and ``max_model_len``."""
+    n = default_max_len(config) if max_model_len is None else int(max_model_len)
+    if n < 1 or dtype_bytes <= 0:
+        raise ValueError(f"need max_model_len >= 1 and dtype_bytes > 0, got {n} and {dtype_bytes}")
+    weights = param_count(config)["total"] * dtype_bytes
+    kv = kv_cache_bytes_for_config(config, n, dtype_bytes)
+    return {"weights": weights, "kv": kv, "total": weights + kv, "max_model_len": n}
+
+
+def budget(memory_bytes: float, utilization: float = DEFAULT_UTILIZATION) -> float:
+    """Bytes vLLM lets itself use on a GPU with ``memory_bytes``: ``utilization`` of it."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    return memory_bytes * utilization
+
+
+def longest_context(config: dict[str, Any], memory_bytes: float, dtype_bytes: float = 2,
+                    utilization: float = DEFAULT_UTILIZATION) -> int:
+    """The longest ``--max-model-len`` whose one-sequence KV cache fits beside the weights in the
+    budget (0 when the weights alone do not fit)."""
+    room = budget(memory_bytes, utilization) - serve_need(config, dtype_bytes, 1)["weights"]
+    per_token = kv_cache_bytes_for_config(config, 1, dtype_bytes)
+    return max(0, int(room // per_token))

@@ -80,3 +80,13 @@ def test_rule_needs_complete_examples():
     with pytest.raises(ValueError, match="fails_on lacks"):
         checks.rule("setup", "c", needs=("a", "b"), fails_on={"a": 1}, holds_on={"a": 1, "b": 2})(
             lambda v: (True, ""))
+
+
+def test_run_values_exposes_a_spread(monkeypatch, tmp_path):
+    from labkit import results
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    results.record("setup", "speedup", 1.4, "x", "median of 5", spread=(1.1, 1.6, 5))
+    results.record("setup", "flag", True)
+    v = checks.run_values("setup")
+    assert v == {"speedup": 1.4, "speedup.lo": 1.1, "speedup.hi": 1.6, "speedup.n": 5, "flag": True}

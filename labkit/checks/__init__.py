@@ -111,15 +111,19 @@ def evaluate(r: Rule, values: Values) -> Outcome:
 
 
 def run_values(chapter: str) -> dict[str, Any]:
-    """The values ``chapter`` recorded in **this** process's run (``{key: value}``); ``RuntimeError``
-    saying what to do when this process recorded nothing for it."""
+    """The values ``chapter`` recorded in **this** process's run (``{key: value}``; a figure recorded
+    with a spread also gives ``key.lo``, ``key.hi`` and ``key.n``); ``RuntimeError`` saying what to do
+    when this process recorded nothing for it."""
     from ..results import RUN_ID, load
 
     data = load(chapter)
     if data is None or data.get("run") != RUN_ID:
         raise RuntimeError(f"chapter {chapter} recorded nothing in this run: run the notebook from the "
                            "top (its cells call labkit.results.record) before its final checks")
-    return {k: e.get("value") for k, e in data["values"].items()}
+    values = {k: e.get("value") for k, e in data["values"].items()}
+    for k, e in data["values"].items():
+        values |= {f"{k}.{part}": e[part] for part in ("lo", "hi", "n") if part in e}
+    return values
 
 
 def line(o: Outcome) -> str:
@@ -128,9 +132,10 @@ def line(o: Outcome) -> str:
     return f"CHECK {tag} {o.rule.claim}" + (f"  ({o.detail})" if o.detail else "")
 
 
-def verify(chapter: str, values: Values | None = None) -> list[Outcome]:
+def verify(chapter: str, values: Values | None = None) -> None:
     """Evaluate every rule of ``chapter`` on the values this run recorded (or ``values``), print a
-    ``CHECK`` line for each, then raise ``AssertionError`` listing the ones that failed."""
+    ``CHECK`` line for each, then raise ``AssertionError`` listing the ones that failed (nothing is
+    returned, so a notebook's last line shows only the CHECK lines; :func:`evaluate` gives outcomes)."""
     values = run_values(chapter) if values is None else values
     found = rules(chapter)
     if not found:
@@ -142,4 +147,3 @@ def verify(chapter: str, values: Values | None = None) -> list[Outcome]:
     if failed:
         raise AssertionError(f"{len(failed)} of {len(outcomes)} checks failed: "
                              + "; ".join(f"{o.rule.claim} ({o.detail})" for o in failed))
-    return outcomes

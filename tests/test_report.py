@@ -5,6 +5,7 @@ reuse-or-run logic of `make report` (with a fake chapter runner: no notebook rea
 import ast
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -501,8 +502,9 @@ def test_machine_files_slug_and_relative_paths(tmp_path):
     s = machines.slug(line, "cpu")
     assert s.startswith("cpu-intel-xeon-") and s != machines.slug(line.replace("AVX2", "AVX512"), "cpu")
     home = Path.home()
-    obj = {"a": [f"{build.REPO}/build/x.json", f"{home}/.cache/labkit"], "n": 3}
-    assert machines.relative_paths(obj) == {"a": ["./build/x.json", "~/.cache/labkit"], "n": 3}
+    paths = [f"{build.REPO}/build/x.json", f"{home}/.cache/labkit", f"{tempfile.gettempdir()}/x.pt"]
+    assert machines.relative_paths({"a": paths, "n": 3}) == {
+        "a": ["./build/x.json", "~/.cache/labkit", "$TMPDIR/x.pt"], "n": 3}
     (tmp_path / "machines").mkdir()
     (tmp_path / "machines" / "broken.json").write_text("{")
     (tmp_path / "machines" / "other.json").write_text(json.dumps({"machine": "gpu · H100", "rows": {}}))

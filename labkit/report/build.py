@@ -91,8 +91,9 @@ def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: 
             return info
     elif why is None:
         assert data is not None  # staleness() says None only of usable results
-        print(f"== {number} {short}: reusing its run of {data['started']} (same code, machine and profile)")
-        info["state"] = "reused a run of the same code on this machine"
+        print(f"== {number} {short}: reusing its run of {data['started']} (same notebook, ledger and rules, "
+              "machine and profile)")
+        info["state"] = "reused a run of the same chapter sources on this machine"
     else:
         print(f"== {number} {short}: not run ({why})")
         info.update(state=f"not run ({why})", ok=False, error="", date="", data=None, executed=None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,18 @@ def slug(machine: str, device: str) -> str:
     return f"{device}-{words}-{hashlib.sha256(machine.encode()).hexdigest()[:8]}"
 
 
+def unpath(text: str, repo: Path = REPO, home: Path | None = None) -> str:
+    """``text`` with the checkout's absolute path made ``.``, the home folder ``~`` and the temporary
+    folder ``$TMPDIR``: what a committed report may say of the machine that made it."""
+    text = text.replace(str(repo), ".").replace(str(home or Path.home()), "~")
+    return text.replace(tempfile.gettempdir().rstrip("/") + "/", "$TMPDIR/")
+
+
 def relative_paths(obj: Any, repo: Path = REPO, home: Path | None = None) -> Any:
-    """``obj`` (JSON-like) with every string's absolute checkout path made ``.`` and home folder ``~``."""
+    """``obj`` (JSON-like) with every string passed through :func:`unpath`."""
     home = home or Path.home()
     if isinstance(obj, str):
-        return obj.replace(str(repo), ".").replace(str(home), "~")
+        return unpath(obj, repo, home)
     if isinstance(obj, dict):
         return {k: relative_paths(v, repo, home) for k, v in obj.items()}
     if isinstance(obj, list | tuple):

@@ -117,17 +117,17 @@ def page_digest(page: str) -> str | None:
 def render_notebook(src: Path, dest: Path, title: str, exp=None, digest: str = "") -> int:
     """Render the executed notebook ``src`` to ``dest`` (HTML, opens offline; ``lab.css`` must sit
     next to it, see :func:`write_css`), stamped with the chapter's ``digest`` (the staleness test
-    compares it with the tree's) and with the checkout's and home folder's absolute paths made
-    ``.`` and ``~``. Returns the page's size in bytes."""
+    compares it with the tree's) and with the machine's absolute paths taken out
+    (:func:`labkit.report.machines.unpath`). Returns the page's size in bytes."""
     import nbformat
 
-    from ..paths import REPO
+    from .machines import unpath
 
     exp = exp or exporter()
     nb = offline_notebook(nbformat.read(src, as_version=4))
     body, _ = exp.from_notebook_node(nb, resources={"metadata": {"name": title}})
     body = body.replace("<head>", f'<head>\n<meta name="labkit-digest" content="{digest}">', 1)
-    body = body.replace(str(REPO), ".").replace(str(Path.home()), "~")
+    body = unpath(body)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(body)
     return len(body.encode())

@@ -505,6 +505,10 @@ def test_machine_files_slug_and_relative_paths(tmp_path):
     paths = [f"{build.REPO}/build/x.json", f"{home}/.cache/labkit", f"{tempfile.gettempdir()}/x.pt"]
     assert machines.relative_paths({"a": paths, "n": 3}) == {
         "a": ["./build/x.json", "~/.cache/labkit", "$TMPDIR/x.pt"], "n": 3}
+    # a checkout inside the temporary folder (a fresh clone in /tmp/x): each path is replaced whole
+    tmp = tempfile.gettempdir()
+    clone, text = Path(tmp) / "x", f"{tmp}/x/a.json {tmp}/x.pt {tmp}/xy"
+    assert machines.unpath(text, clone, Path("/nohome")) == "./a.json $TMPDIR/x.pt $TMPDIR/xy"
     (tmp_path / "machines").mkdir()
     (tmp_path / "machines" / "broken.json").write_text("{")
     (tmp_path / "machines" / "other.json").write_text(json.dumps({"machine": "gpu · H100", "rows": {}}))

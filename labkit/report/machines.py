@@ -34,8 +34,11 @@ def slug(machine: str, device: str) -> str:
 def unpath(text: str, repo: Path = REPO, home: Path | None = None) -> str:
     """``text`` with the checkout's absolute path made ``.``, the home folder ``~`` and the temporary
     folder ``$TMPDIR``: what a committed report may say of the machine that made it."""
-    text = text.replace(str(repo), ".").replace(str(home or Path.home()), "~")
-    return text.replace(tempfile.gettempdir().rstrip("/") + "/", "$TMPDIR/")
+    tmp = tempfile.gettempdir().rstrip("/")
+    pairs = [(str(repo), "."), (str(home or Path.home()), "~"), (tmp, "$TMPDIR")]
+    for path, short in sorted(pairs, key=lambda p: -len(p[0])):  # the longest first: a checkout in /tmp
+        text = re.sub(re.escape(path) + r"(?![\w.\-])", short, text)  # whole names: /tmp/x, not /tmp/x.pt
+    return text
 
 
 def relative_paths(obj: Any, repo: Path = REPO, home: Path | None = None) -> Any:

@@ -45,15 +45,6 @@ def test_compile_chain_matches_eager_and_times_compile_apart():
     assert r["fused_bytes"] == 2 * 4096 * 4
 
 
-def test_paired_speedup_divides_round_by_round():
-    times = {"slow": [2.0, 4.0, 2.2, 2.0, 1.8], "fast": [1.0, 2.0, 1.0, 1.0, 1.0]}
-    r = fusion.paired_speedup(times, "slow", "fast")  # ratios 2.0, 2.0, 2.2, 2.0, 1.8
-    assert r["n"] == 5 and r["median"] == pytest.approx(2.0)
-    assert r["lo"] == pytest.approx(1.8) and r["hi"] == pytest.approx(2.2)
-    with pytest.raises(ValueError, match="same number"):
-        fusion.paired_speedup({"slow": [1.0, 2.0], "fast": [1.0]}, "slow", "fast")
-
-
 def test_scale_fusion_carries_its_spread():
     r = fusion.scale_fusion(numel=1 << 16, repeats=3)
     iv = r["speedup_interval"]

@@ -179,9 +179,11 @@ def test_fused_int8_model_computes_labkits_int8_product_in_one_byte_per_weight(m
 
 
 def test_decode_rounds_interleave_and_ratio_interval_and_sentence(model, base):
+    from labkit.stats import ratio_interval
+
     tok_s = QB.decode_rounds({"a": model, "b": model}, base.decode_ids, rounds=3, tokens=2)
     assert set(tok_s) == {"a", "b"} and all(len(v) == 3 and min(v) > 0 for v in tok_s.values())
-    r = QB.ratio_interval([2.0, 4.0, 6.0], [1.0, 2.0, 4.0])  # per-round ratios 2, 2, 1.5
+    r = ratio_interval([2.0, 4.0, 6.0], [1.0, 2.0, 4.0])  # per-round ratios 2, 2, 1.5 (labkit.stats)
     assert r["n"] == 3 and r["median"] == 2.0 and r["lo"] == 1.5 and r["hi"] == 2.0
     assert "faster" in QB.speed_sentence("INT8", "FP32", r)
     assert "slower" in QB.speed_sentence("INT8", "FP32", {"median": 0.8, "lo": 0.7, "hi": 0.9, "n": 5})

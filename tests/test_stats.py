@@ -31,3 +31,15 @@ def test_summary_keys_and_values():
     assert s["std"] == pytest.approx(np.std(np.arange(1, 101)))
     assert s["p99.9"] == pytest.approx(99.901)  # linear between 99 and 100 at rank 98.901
     assert (percentile_key(50), percentile_key(99.9), percentile_key(90.0)) == ("p50", "p99.9", "p90")
+
+
+def test_ratio_interval_divides_round_by_round():
+    from labkit.stats import ratio_interval
+
+    r = ratio_interval([2.0, 4.0, 2.2, 2.0, 1.8], [1.0, 2.0, 1.0, 1.0, 1.0])  # ratios 2.0, 2.0, 2.2, 2.0, 1.8
+    assert r["n"] == 5 and r["median"] == pytest.approx(2.0)
+    assert r["lo"] == pytest.approx(1.8) and r["hi"] == pytest.approx(2.2)
+    r = ratio_interval([2.0, 4.0, 6.0], [1.0, 2.0, 4.0])  # per-round ratios 2, 2, 1.5
+    assert r["n"] == 3 and r["median"] == 2.0 and r["lo"] == 1.5 and r["hi"] == 2.0
+    with pytest.raises(ValueError, match="same number"):
+        ratio_interval([1.0, 2.0], [1.0])

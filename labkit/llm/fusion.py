@@ -16,23 +16,12 @@ from collections.abc import Callable
 import numpy as np
 
 from ..hardware.microbench import interleaved_times, timed
-from ..stats import median_interval
+from ..stats import ratio_interval
 
 
 def scale_bytes(numel: int, element_size: int, passes: int) -> int:
     """Bytes moved by ``passes`` elementwise passes over a tensor: each reads and writes it once."""
     return 2 * passes * numel * element_size
-
-
-def paired_speedup(times: dict[str, np.ndarray], slow: str, fast: str) -> dict[str, float]:
-    """``slow ÷ fast`` per interleaved round of :func:`interleaved_times`, summarized by
-    :func:`labkit.stats.median_interval` (``n``, ``median``, ``lo``, ``hi``, ``coverage``): the
-    speed-up with its spread over the rounds."""
-    a, b = np.asarray(times[slow], dtype=float), np.asarray(times[fast], dtype=float)
-    if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"need the same number (>= 1) of rounds for {slow} and {fast}, "
-                         f"got {a.size} and {b.size}")
-    return median_interval(a / b)
 
 
 def scale_fusion(numel: int = 32 * 2**20, device: str = "cpu", dtype: str = "float32",
@@ -42,7 +31,8 @@ def scale_fusion(numel: int = 32 * 2**20, device: str = "cpu", dtype: str = "flo
     Outputs are preallocated (``out=``) so the timing is memory traffic, not the allocator.
     Returns ``{"unfused_s", "fused_s"}`` (median seconds), ``"unfused_bytes"``/``"fused_bytes"``
     (4× and 2× the tensor size), ``"unfused_gbps"``/``"fused_gbps"`` (bytes moved ÷ median
-    time, GB/s), ``"speedup"`` (unfused ÷ fused time), ``"speedup_interval"`` (:func:`paired_speedup`),
+    time, GB/s), ``"speedup"`` (unfused ÷ fused time), ``"speedup_interval"`` (per-round
+    unfused ÷ fused time, :func:`labkit.stats.ratio_interval`),
     ``"tensor_bytes"`` and ``"times"``.
     """
     import torch
@@ -67,7 +57,7 @@ def scale_fusion(numel: int = 32 * 2**20, device: str = "cpu", dtype: str = "flo
     return {"unfused_s": un_s, "fused_s": fu_s, "unfused_bytes": un_b, "fused_bytes": fu_b,
             "unfused_gbps": un_b / un_s / 1e9, "fused_gbps": fu_b / fu_s / 1e9, "speedup": un_s / fu_s,
             "tensor_bytes": size, "times": times,
-            "speedup_interval": paired_speedup(times, "unfused", "fused")}
+            "speedup_interval": ratio_interval(times["unfused"], times["fused"])}
 
 
 def elementwise_chain(x):
@@ -97,8 +87,8 @@ def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
     outputs, ``"eager_min_bytes"`` (each of the :data:`CHAIN_OPS` kernels reads and writes the
     tensor at least once), ``"fused_bytes"`` (one read of ``x``, one write), ``"cache_hits"``
     (inductor FX-graph cache hits during compilation: > 0 means an earlier run's compiled code
-    was reused and compile time is the warm figure), ``"speedup_interval"`` (:func:`paired_speedup`)
-    and ``"times"``.
+    was reused and compile time is the warm figure), ``"speedup_interval"``
+    (per-round eager ÷ compiled time, :func:`labkit.stats.ratio_interval`) and ``"times"``.
     ``backend``: passed to ``torch.compile`` ("eager" only traces, generating no code: for tests).
     """
     import torch
@@ -121,4 +111,4 @@ def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
     return {"compile_s": compile_s, "eager_s": eager_s, "compiled_s": comp_s, "speedup": eager_s / comp_s,
             "max_abs_diff": diff, "eager_min_bytes": scale_bytes(x.numel(), x.element_size(), CHAIN_OPS),
             "fused_bytes": 2 * size, "cache_hits": int(hits), "numel": numel, "times": times,
-            "speedup_interval": paired_speedup(times, "eager", "compiled")}
+            "speedup_interval": ratio_interval(times["eager"], times["compiled"])}

@@ -9,8 +9,8 @@ on the layers labkit quantizes; :func:`kernel_times` times one layer's matmul at
 form this machine offers (float, labkit's dequantizing layers, PyTorch's fused INT8/INT4 CPU
 kernels, whose INT4 operands :func:`fused_int4_operands` packs); :func:`fused_int8_model` puts the
 fused INT8 kernel in every linear layer and :func:`decode_rounds` times several models' decode in
-turn, round after round, so :func:`ratio_interval` gives a speed ratio with its spread and
-:func:`speed_sentence` says it in words. :func:`risk_ladder` is the
+turn, round after round, so :func:`labkit.stats.ratio_interval` gives a speed ratio with its
+spread and :func:`speed_sentence` says it in words. :func:`risk_ladder` is the
 tutorial's "what to quantize, by risk". :func:`bytes_per_param` is the whole-model size rule.
 Units: bytes, tokens/s, microseconds (:func:`kernel_times`), nats (KL).
 """
@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..hardware.microbench import time_fn
-from ..stats import median_interval
 from . import perplexity as P
 from . import quantize as Q
 from .decode import greedy_decode
@@ -261,14 +260,10 @@ def decode_rounds(models: dict[str, nn.Module], prompt_ids: torch.Tensor, rounds
     return out
 
 
-def ratio_interval(num: list[float], den: list[float]) -> dict[str, float]:
-    """:func:`labkit.stats.median_interval` of the per-round ratios ``num[i] / den[i]``."""
-    return median_interval([a / b for a, b in zip(num, den, strict=True)])
-
-
 def speed_sentence(what: str, base: str, r: dict[str, float]) -> str:
     """``what`` decodes faster / slower / as fast as ``base``, from the interval ``r`` of their speed
-    ratio (:func:`ratio_interval`): a verdict only when the whole interval is on one side of 1."""
+    ratio (:func:`labkit.stats.ratio_interval`): a verdict only when the whole interval is on one side
+    of 1."""
     span = f"{r['median']:.2f}x (interval {r['lo']:.2f}-{r['hi']:.2f} over {r['n']} rounds)"
     if r["lo"] > 1:
         return f"{what} decodes faster than {base}: {span}"

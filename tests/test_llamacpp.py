@@ -88,3 +88,22 @@ def test_quantize_to_q8_and_perplexity(tools, tmp_path) -> None:
     assert q8.stat().st_size > gguf_path().stat().st_size  # 8.5 bits per weight vs Q4_1's 5
     p = llamacpp.perplexity(gguf_path(), data("texts", "heldout.txt"), ctx=128, chunks=2)
     assert p["chunks"] == 2 and 1 < p["ppl"] < 1000 and p["ppl_se"] > 0
+
+
+def test_bench_cli_starts_and_stops_llama_server(tools, tmp_path) -> None:
+    """``labkit bench --llamacpp`` as a reader types it: the server starts, serves, and is gone after."""
+    import subprocess
+    import sys
+
+    from labkit.engines import process
+
+    r = subprocess.run([sys.executable, "-m", "labkit.cli", "bench", "--llamacpp", "-n", "4", "-c", "2",
+                        "--max-tokens", "8", "--ignore-eos", "--no-progress", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    assert "starting llama.cpp" in r.stdout
+    summary = json.loads((tmp_path / "c2.json").read_text())
+    assert summary["completed"] == 4 and summary["output_throughput"] > 0, summary
+    assert not [s for s in process.lab_servers() if s["engine"] == "llamacpp" and s["orphan"]]

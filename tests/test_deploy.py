@@ -55,15 +55,92 @@ def test_committed_files_are_exactly_what_the_generator_writes(tmp_path):
 @pytest.mark.parametrize("gpu", ["L4", "H100"])
 def test_manifests_pass_kubernetes_schemas_strictly(gpu, version):
     docs = _docs(gpu)
-    assert [d["kind"] for d in docs] == ["Deployment", "Service", "HorizontalPodAutoscaler"]
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodMonitor",
+                                         "PodDisruptionBudget", "NetworkPolicy"]
     for doc in docs:
-        kubernetes_validate.validate(doc, version, strict=True)
+        if doc["kind"] == "PodMonitor":
+            _check_pod_monitor(doc)  # a CRD: Kubernetes' own schemas do not include it
+        else:
+            kubernetes_validate.validate(doc, version, strict=True)
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_committed_yaml_passes_kubernetes_schemas(version):
     for doc in yaml.safe_load_all((K8S / "vllm.yaml").read_text()):
-        kubernetes_validate.validate(doc, version, strict=True)
+        if doc["kind"] == "PodMonitor":
+            _check_pod_monitor(doc)
+        else:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+# The fields of the Prometheus Operator's PodMonitor CRD (monitoring.coreos.com/v1) this lab uses, from
+# its API reference; no PyPI package ships the CRD's OpenAPI schema, so this is a structural check.
+POD_MONITOR_SPEC = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels"}
+POD_METRICS_ENDPOINT = {"port", "path", "interval", "scrapeTimeout", "scheme", "relabelings",
+                        "metricRelabelings", "honorLabels"}
+
+
+def _check_pod_monitor(doc):
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PodMonitor"
+    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+    assert set(doc["spec"]) <= POD_MONITOR_SPEC, set(doc["spec"]) - POD_MONITOR_SPEC
+    for ep in doc["spec"]["podMetricsEndpoints"]:
+        assert set(ep) <= POD_METRICS_ENDPOINT, set(ep) - POD_METRICS_ENDPOINT
+        assert re.fullmatch(r"\d+[smh]", ep["interval"])
+
+
+def test_pod_monitor_scrapes_the_pods_the_hpa_scales():
+    """The metrics chain: PodMonitor -> Prometheus -> adapter rules -> the HPA's metric names."""
+    k = _kinds(_docs())
+    pm, dep, hpa = k["PodMonitor"], k["Deployment"], k["HorizontalPodAutoscaler"]
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    port_names = {p["name"] for p in _container([dep])["ports"]}
+    assert [ep["port"] for ep in pm["spec"]["podMetricsEndpoints"]] == ["http"] and "http" in port_names
+    assert pm["metadata"]["labels"]["release"] == deploy.PROMETHEUS_RELEASE
+    assert not any(k.startswith("prometheus.io/") for k in dep["spec"]["template"]["metadata"].get(
+        "annotations", {}))  # the Operator ignores them; only the PodMonitor counts
+    served = {r["name"]["as"] for r in deploy.adapter_values()["rules"]["custom"]}
+    assert {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]} == served
+    _check_pod_monitor(pm)
+    bad = {**pm, "spec": {**pm["spec"], "podMetricsEndpoints": [{"port": "http", "intervall": "15s"}]}}
+    with pytest.raises(AssertionError):
+        _check_pod_monitor(bad)
+
+
+def test_every_container_is_hardened_and_bounded():
+    k = _kinds(_docs())
+    pod = k["Deployment"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == deploy.UID
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    mounts = set()
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"]
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(c["resources"][kind]), (c["name"], kind)
+        mounts |= {m["mountPath"] for m in c["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in _container(_docs())["env"]}
+    for var in ("HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                "HF_HOME"):  # every cache vLLM writes lies under a writable mount
+        assert any(env[var].startswith(m) for m in mounts), var
+    assert "/tmp" in mounts
+
+
+def test_disruption_budget_and_network_policy():
+    k = _kinds(_docs())
+    labels = k["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert k["PodDisruptionBudget"]["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": labels}}
+    np_ = k["NetworkPolicy"]["spec"]
+    assert np_["podSelector"] == {"matchLabels": labels} and np_["policyTypes"] == ["Ingress"]
+    (rule,) = np_["ingress"]
+    assert rule["ports"] == [{"port": deploy.PORT, "protocol": "TCP"}]
+    peers = [p["podSelector"]["matchLabels"] for p in rule["from"]]
+    assert peers == [deploy.GATEWAY_LABELS, deploy.PROMETHEUS_LABELS]
+    assert rule["from"][1]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": deploy.PROMETHEUS_NAMESPACE}
 
 
 def test_strict_validation_catches_a_typo():
@@ -112,25 +189,34 @@ def test_pipeline_stages_and_misfits_are_refused():
         deploy.manifests("deepseek-ai/DeepSeek-V3", load_config("DeepSeek-V3"), gpu="RTX 3060 12GB")
 
 
-def test_hpa_scales_on_the_queue_metric_the_adapter_serves():
+def test_hpa_scales_on_running_requests_and_queue_depth():
     hpa = _kinds(_docs(replicas=(2, 6), queue_target=4.0))["HorizontalPodAutoscaler"]
-    metric = hpa["spec"]["metrics"][0]
-    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
-    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "4"}
+    running, waiting = hpa["spec"]["metrics"]
+    assert running["type"] == waiting["type"] == "Pods"
+    assert running["pods"]["metric"]["name"] == "vllm_num_requests_running"
+    assert running["pods"]["target"] == {"type": "AverageValue", "averageValue": "12"}  # 3/4 of 16 seqs
+    assert waiting["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
+    assert waiting["pods"]["target"] == {"type": "AverageValue", "averageValue": "4"}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
     assert hpa["spec"]["scaleTargetRef"]["name"] == "qwen3-4b"
-    # vLLM's gauge is vllm:num_requests_waiting; the adapter rule renames it to the HPA's metric.
+    assert hpa["spec"]["behavior"] == deploy.HPA_BEHAVIOR
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    # vLLM's gauges are vllm:num_requests_*; the adapter rules rename them to the HPA's metrics.
     assert deploy.QUEUE_METRIC == "vllm:num_requests_waiting"
-    assert deploy.ADAPTER_METRIC == deploy.QUEUE_METRIC.replace(":", "_")
-    rule = deploy.adapter_values()["rules"]["custom"][0]
-    assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
-    assert re.fullmatch(rule["name"]["matches"], deploy.QUEUE_METRIC)
-    assert rule["seriesQuery"].startswith(deploy.QUEUE_METRIC + "{")
-    assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
+    assert deploy.RUNNING_METRIC == "vllm:num_requests_running"
+    rules = deploy.adapter_values()["rules"]["custom"]
+    for rule, metric, gauge in zip(rules, (running, waiting), (deploy.RUNNING_METRIC, deploy.QUEUE_METRIC),
+                                   strict=True):
+        assert rule["name"]["as"] == metric["pods"]["metric"]["name"] == gauge.replace(":", "_")
+        assert re.fullmatch(rule["name"]["matches"], gauge)
+        assert rule["seriesQuery"].startswith(gauge + "{")
+        assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
     prom = deploy.adapter_values("http://prom.x.svc:9091")["prometheus"]
     assert prom == {"url": "http://prom.x.svc", "port": 9091}
-    half = _kinds(_docs(queue_target=2.5))["HorizontalPodAutoscaler"]["spec"]["metrics"][0]["pods"]["target"]
+    half = _kinds(_docs(queue_target=2.5))["HorizontalPodAutoscaler"]["spec"]["metrics"][1]["pods"]["target"]
     assert half["averageValue"] == "2500m"
+    mine = _kinds(_docs(running_target=6))["HorizontalPodAutoscaler"]["spec"]["metrics"][0]["pods"]["target"]
+    assert mine["averageValue"] == "6"
 
 
 def test_keda_scaled_object_structure():
@@ -138,14 +224,18 @@ def test_keda_scaled_object_structure():
     assert so["apiVersion"] == "keda.sh/v1alpha1" and so["kind"] == "ScaledObject"
     assert so["metadata"]["name"] == "qwen3-4b" and so["spec"]["scaleTargetRef"] == {"name": "qwen3-4b"}
     assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 4)
-    assert so["spec"]["cooldownPeriod"] > 0 and so["spec"]["pollingInterval"] > 0
-    (trig,) = so["spec"]["triggers"]
-    assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
-    md = trig["metadata"]
-    assert set(md) == {"serverAddress", "query", "threshold"} and md["serverAddress"].startswith("http://")
-    assert md["query"] == 'sum(vllm:num_requests_waiting{model_name="Qwen/Qwen3-4B"})'
-    assert md["threshold"] == "4"
-    assert all(isinstance(v, str) for v in md.values())  # KEDA's trigger metadata is a string map
+    # cooldownPeriod only acts when scaling to zero; with minReplicaCount 1 the behaviour paces scale-down
+    assert "cooldownPeriod" not in so["spec"] and so["spec"]["pollingInterval"] > 0
+    assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == deploy.HPA_BEHAVIOR
+    running, waiting = so["spec"]["triggers"]
+    for trig in (running, waiting):
+        assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
+        md = trig["metadata"]
+        assert set(md) == {"serverAddress", "query", "threshold"} and md["serverAddress"].startswith("http://")
+        assert all(isinstance(v, str) for v in md.values())  # KEDA's trigger metadata is a string map
+    assert running["metadata"]["query"] == 'sum(vllm:num_requests_running{model_name="Qwen/Qwen3-4B"})'
+    assert waiting["metadata"]["query"] == 'sum(vllm:num_requests_waiting{model_name="Qwen/Qwen3-4B"})'
+    assert (running["metadata"]["threshold"], waiting["metadata"]["threshold"]) == ("12", "4")
     committed = yaml.safe_load((K8S / "optional" / "keda-scaledobject.yaml").read_text())
     assert committed["spec"]["scaleTargetRef"]["name"] == _kinds(_docs())["Deployment"]["metadata"]["name"]
 
@@ -171,7 +261,7 @@ def test_names_and_yaml():
     assert deploy.slug("meta-llama/Llama_3.1 8B") == "llama-3-1-8b"
     docs = _docs()
     text = deploy.to_yaml(docs)
-    assert list(yaml.safe_load_all(text)) == docs and "&id" not in text and text.count("\n---\n") == 2
+    assert list(yaml.safe_load_all(text)) == docs and "&id" not in text and text.count("\n---\n") == 5
 
 
 def test_dockerfile_matches_the_deployment():
@@ -218,6 +308,7 @@ def test_flags_metric_and_route_exist_in_the_pinned_vllm_release():
     assert any(deploy.VLLM_IMAGE.split(":v")[1] in v for v in versions), versions
     loggers = (src / "v1" / "metrics" / "loggers.py").read_text()
     assert f'name="{deploy.QUEUE_METRIC}"' in loggers and '"model_name"' in loggers
+    assert f'name="{deploy.RUNNING_METRIC}"' in loggers
     args = (src / "engine" / "arg_utils.py").read_text()
     for flag in _container(_docs())["args"][1::2]:
         if flag != "--port":

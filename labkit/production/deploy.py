@@ -9,12 +9,26 @@ autoscale on what the server is doing. :func:`manifests` turns a model config an
   limit is the plan's tensor-parallel size, and a startup probe gives the cold start (image
   pull aside: weight download, load, CUDA graph capture) minutes before liveness counts;
 * a ``Service`` on port 8000 (the OpenAI API, ``/health`` and ``/metrics``);
-* an ``autoscaling/v2`` ``HorizontalPodAutoscaler`` on queue depth: the Pods metric
-  :data:`ADAPTER_METRIC`, which prometheus-adapter serves from vLLM's gauge :data:`QUEUE_METRIC`
-  (:func:`adapter_values` is the adapter's rule).
+* an ``autoscaling/v2`` ``HorizontalPodAutoscaler`` on **running requests** per replica (the Pods
+  metric :data:`ADAPTER_RUNNING`, from vLLM's gauge :data:`RUNNING_METRIC`), with queue depth
+  (:data:`ADAPTER_METRIC` from :data:`QUEUE_METRIC`) as a second metric: an HPA takes the larger of
+  the replica counts its metrics ask for. Queue depth alone is 0 whenever the fleet keeps up, so it
+  scales a busy fleet down until requests queue again; chapter 08's fleet simulation shows it
+  flapping. Its ``behavior`` is :data:`HPA_BEHAVIOR`, which chapter 08's simulator reads too;
+* a ``PodMonitor`` for the Prometheus Operator (kube-prometheus-stack), which ignores
+  ``prometheus.io/*`` annotations: without it Prometheus never scrapes vLLM, prometheus-adapter
+  finds no series and the HPA reads ``<unknown>``. :func:`adapter_values` holds the adapter's rules
+  for the series it scrapes;
+* a ``PodDisruptionBudget`` (a drain evicts at most one replica at a time) and a ``NetworkPolicy``
+  admitting only the gateway's pods and Prometheus to the port;
+* hardening on every container: non-root (UID 2000, as deploy/Dockerfile), no privilege
+  escalation, all capabilities dropped, the runtime's seccomp profile, a read-only root file system
+  with writable mounts for the caches vLLM writes (Hugging Face, vLLM, Triton, torch compile,
+  ``/tmp``), and CPU and memory requests and limits.
 
-:func:`keda_scaled_object` is the alternative autoscaler (KEDA's ``ScaledObject`` with a Prometheus
-trigger): apply one autoscaler, never both. :func:`write` and the CLI write them to files::
+:func:`keda_scaled_object` is the alternative autoscaler (KEDA's ``ScaledObject`` with Prometheus
+triggers on the same two signals and the same behaviour): apply one autoscaler, never both.
+:func:`write` and the CLI write them to files::
 
     python -m labkit.production.deploy --model Qwen/Qwen3-4B --config Qwen3-4B --gpu L4 --out deploy/k8s
 
@@ -45,6 +59,35 @@ VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 PORT = 8000
 QUEUE_METRIC = "vllm:num_requests_waiting"  # vLLM's gauge: requests queued, not yet scheduled
 ADAPTER_METRIC = "vllm_num_requests_waiting"  # the name prometheus-adapter's rule gives it (no ':')
+RUNNING_METRIC = "vllm:num_requests_running"  # vLLM's gauge: requests in the running batch
+ADAPTER_RUNNING = "vllm_num_requests_running"
+# The HPA's behaviour, shared with chapter 08's simulator (labkit.production.fleet): scale up at once
+# by up to 2 pods or 100% per minute (a replica takes minutes to start), scale down one pod per
+# 2 minutes and only after 5 minutes of lower recommendations. Kubernetes adds a 10% tolerance
+# (--horizontal-pod-autoscaler-tolerance) and re-evaluates every 15 s (--horizontal-pod-autoscaler-
+# sync-period); the metric reaches it through a scrape (PodMonitor interval) and the adapter.
+HPA_BEHAVIOR: dict[str, Any] = {
+    "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60},
+                             {"type": "Percent", "value": 100, "periodSeconds": 60}]},
+    "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Max",
+                  "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+}
+HPA_TOLERANCE = 0.10  # kube-controller-manager's default
+HPA_SYNC_S = 15  # kube-controller-manager's default sync period
+SCRAPE_S = 15  # the PodMonitor's scrape interval
+# prometheus-adapter answers from Prometheus on each HPA query; the sample it reads is up to one
+# scrape old, and Prometheus' rate windows add nothing here (the two metrics are gauges).
+GRACE_S = 60  # terminationGracePeriodSeconds: a draining pod's in-flight requests get this long
+# Who may reach the server (NetworkPolicy): the gateway's pods (any namespace, by label) and
+# Prometheus (kube-prometheus-stack's pods in the monitoring namespace).
+GATEWAY_LABELS = {"app.kubernetes.io/component": "gateway"}
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
+# kube-prometheus-stack only picks up PodMonitors labelled with its Helm release by default.
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
+UID = 2000  # deploy/Dockerfile's vllm user
+WRITABLE = {"home": "/home/vllm", "tmp": "/tmp"}  # emptyDirs on a read-only root
 PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"  # kube-prometheus-stack's service
 COLD_START_S = 900  # startup probe budget (s): download + load + compile of a model, before liveness
 CPU_PER_GPU = 4  # CPU cores requested per GPU: API server, tokenizer, one engine worker per GPU
@@ -94,10 +137,13 @@ def _quantity(value: float) -> str:
 
 def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context: int = 8192,
               concurrency: int = 16, image: str = VLLM_IMAGE, replicas: tuple[int, int] = (1, 4),
-              queue_target: float = 4.0, dtype: str = "bf16") -> list[dict[str, Any]]:
-    """[Deployment, Service, HorizontalPodAutoscaler] serving ``model_id`` (its ``config`` sizes it)
-    on ``gpu``, for ``concurrency`` sequences of ``context`` tokens, scaled between ``replicas``
-    (min, max) to keep ``queue_target`` requests waiting per replica on average."""
+              queue_target: float = 4.0, dtype: str = "bf16",
+              running_target: float | None = None) -> list[dict[str, Any]]:
+    """[Deployment, Service, HorizontalPodAutoscaler, PodMonitor, PodDisruptionBudget, NetworkPolicy]
+    serving ``model_id`` (its ``config`` sizes it) on ``gpu``, for ``concurrency`` sequences of
+    ``context`` tokens, scaled between ``replicas`` (min, max) to keep ``running_target`` requests
+    running per replica (default :func:`default_running_target`) and at most ``queue_target``
+    waiting, on average."""
     gpu_name, vram = gpu_memory(gpu)
     p = plan(config, vram, dtype, context, concurrency)
     if not p["fits"]:
@@ -113,24 +159,32 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
     serve = vllm_serve_command(model_id, tp=tp, pp=p["pp"], max_model_len=context,
                                extra=["--max-num-seqs", str(concurrency), "--port", str(PORT)])
     weights = p["per_gpu"]["weights"] * tp
+    memory = f"{math.ceil(weights * HOST_RAM_PER_WEIGHT_BYTE / GIB) + 4}Gi"
+    # Requests = limits: the pod's class is Guaranteed, so a busy node evicts it last.
+    host = {"cpu": str(CPU_PER_GPU * tp), "memory": memory, "nvidia.com/gpu": tp}
     probe = {"httpGet": {"path": "/health", "port": "http"}}
     container = {
         "name": "vllm", "image": image, "command": ["vllm", "serve"], "args": shlex.split(serve)[2:],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "env": [{"name": "HF_HOME", "value": "/models/huggingface"}],
-        "resources": {
-            "requests": {"cpu": str(CPU_PER_GPU * tp),
-                         "memory": f"{math.ceil(weights * HOST_RAM_PER_WEIGHT_BYTE / GIB) + 4}Gi",
-                         "nvidia.com/gpu": tp},
-            "limits": {"nvidia.com/gpu": tp},
-        },
+        "env": [{"name": "HF_HOME", "value": "/models/huggingface"},
+                # every cache vLLM and its compilers write, under the writable home mount
+                {"name": "HOME", "value": WRITABLE["home"]},
+                {"name": "XDG_CACHE_HOME", "value": f"{WRITABLE['home']}/.cache"},
+                {"name": "VLLM_CACHE_ROOT", "value": f"{WRITABLE['home']}/.cache/vllm"},
+                {"name": "TRITON_CACHE_DIR", "value": f"{WRITABLE['home']}/.cache/triton"},
+                {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{WRITABLE['home']}/.cache/inductor"}],
+        "resources": {"requests": dict(host), "limits": dict(host)},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "runAsUser": UID, "runAsGroup": 0,
+                            "capabilities": {"drop": ["ALL"]}},
         # Startup: up to COLD_START_S for weights to download and load; liveness waits for it.
         "startupProbe": {**probe, "initialDelaySeconds": 30, "periodSeconds": 10,
                          "failureThreshold": math.ceil((COLD_START_S - 30) / 10)},
         "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4},
         "volumeMounts": [{"name": "models", "mountPath": "/models"},
-                         {"name": "shm", "mountPath": "/dev/shm"}],
+                         {"name": "shm", "mountPath": "/dev/shm"},
+                         *({"name": k, "mountPath": v} for k, v in WRITABLE.items())],
     }
     plan_note = (f"{gpu_name} x{tp} (tp={tp}, pp=1): {p['per_gpu']['total'] / 1e9:.1f} GB of a "
                  f"{p['budget'] / 1e9:.1f} GB budget per GPU for {concurrency} x {context} tokens ({dtype})")
@@ -142,15 +196,19 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
             # One extra pod during a rollout, none removed before its successor is ready.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": labels, "annotations": {
-                    "prometheus.io/scrape": "true", "prometheus.io/port": str(PORT),
-                    "prometheus.io/path": "/metrics"}},
+                # Scraped through the PodMonitor below (the Operator ignores prometheus.io/* annotations).
+                "metadata": {"labels": labels},
                 "spec": {
-                    "terminationGracePeriodSeconds": 60, "containers": [container],
+                    "terminationGracePeriodSeconds": GRACE_S, "containers": [container],
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": 0,
+                                        "fsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                     "volumes": [
                         {"name": "models", "emptyDir": {}},  # swap for a PVC to skip re-downloads
                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+                        {"name": "home", "emptyDir": {"sizeLimit": "20Gi"}},  # compile caches
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
                     ],
                 },
             },
@@ -163,59 +221,101 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
     hpa = {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": name, "labels": labels, "annotations": {
-            "labkit/metric": f"{ADAPTER_METRIC} is served by prometheus-adapter from vLLM's {QUEUE_METRIC} "
-                             "(optional/prometheus-adapter-values.yaml); use this or the KEDA ScaledObject, "
+            "labkit/metric": f"{ADAPTER_RUNNING} and {ADAPTER_METRIC} are served by prometheus-adapter from "
+                             f"vLLM's {RUNNING_METRIC} and {QUEUE_METRIC} (optional/prometheus-adapter-values"
+                             ".yaml), scraped through the PodMonitor; use this or the KEDA ScaledObject, "
                              "not both"}},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicas": lo, "maxReplicas": hi,
-            "metrics": [{"type": "Pods", "pods": {"metric": {"name": ADAPTER_METRIC},
-                                                  "target": {"type": "AverageValue",
-                                                             "averageValue": _quantity(queue_target)}}}],
-            # A new replica takes minutes to start: scale up at once, down only after 5 quiet minutes.
-            "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
-                         "scaleDown": {"stabilizationWindowSeconds": 300}},
+            # Replicas = the larger of what the two metrics ask for.
+            "metrics": [_pods_metric(ADAPTER_RUNNING, running_target if running_target is not None
+                                     else default_running_target(concurrency)),
+                        _pods_metric(ADAPTER_METRIC, queue_target)],
+            "behavior": HPA_BEHAVIOR,
         },
     }
-    return [deployment, service, hpa]
+    pod_monitor = {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+        "metadata": {"name": name, "labels": {**labels, "release": PROMETHEUS_RELEASE}},
+        "spec": {"selector": {"matchLabels": labels},
+                 "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": f"{SCRAPE_S}s"}]},
+    }
+    pdb = {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+    }
+    network = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": GATEWAY_LABELS}},
+                                  {"namespaceSelector": {"matchLabels": {
+                                      "kubernetes.io/metadata.name": PROMETHEUS_NAMESPACE}},
+                                   "podSelector": {"matchLabels": PROMETHEUS_LABELS}}],
+                         "ports": [{"port": PORT, "protocol": "TCP"}]}],
+        },
+    }
+    return [deployment, service, hpa, pod_monitor, pdb, network]
+
+
+def default_running_target(concurrency: int) -> float:
+    """Running requests per replica the HPA aims at: three quarters of ``--max-num-seqs``, so a
+    replica is added before the batch is full and requests start to queue."""
+    return max(1.0, round(0.75 * concurrency))
+
+
+def _pods_metric(name: str, target: float) -> dict[str, Any]:
+    return {"type": "Pods", "pods": {"metric": {"name": name},
+                                     "target": {"type": "AverageValue", "averageValue": _quantity(target)}}}
 
 
 def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (1, 4), queue_target: float = 4.0,
-                       prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
-    """KEDA's ``ScaledObject`` for the same Deployment: replicas = ceil(waiting requests summed over
-    the model's pods / ``queue_target``), from a Prometheus query (KEDA builds the HPA itself)."""
+                       prometheus_url: str = PROMETHEUS_URL, running_target: float = 12.0) -> dict[str, Any]:
+    """KEDA's ``ScaledObject`` for the same Deployment, on the same two signals as the HPA: replicas =
+    the larger of ceil(running requests summed over the model's pods / ``running_target``) and
+    ceil(waiting / ``queue_target``), from Prometheus queries. KEDA builds the HPA itself and passes
+    it :data:`HPA_BEHAVIOR`. ``cooldownPeriod`` is left out: KEDA applies it only when scaling to
+    zero, which ``minReplicaCount`` >= 1 never does; scale-down pacing is the behaviour's."""
     lo, hi = _replicas(replicas)
-    _quantity(queue_target)
+    _quantity(queue_target), _quantity(running_target)
     name = slug(model_id)
+
+    def trigger(metric: str, target: float) -> dict[str, Any]:
+        return {"type": "prometheus", "metricType": "AverageValue", "metadata": {
+            "serverAddress": prometheus_url, "query": f'sum({metric}{{model_name="{model_id}"}})',
+            "threshold": f"{target:g}"}}
+
     return {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": {"name": name, "labels": _labels(name)},
         "spec": {
             "scaleTargetRef": {"name": name}, "minReplicaCount": lo, "maxReplicaCount": hi,
-            "pollingInterval": 15, "cooldownPeriod": 300,
-            "triggers": [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
-                "serverAddress": prometheus_url,
-                "query": f'sum({QUEUE_METRIC}{{model_name="{model_id}"}})',
-                "threshold": f"{queue_target:g}"}}],
+            "pollingInterval": HPA_SYNC_S,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": HPA_BEHAVIOR}},
+            "triggers": [trigger(RUNNING_METRIC, running_target), trigger(QUEUE_METRIC, queue_target)],
         },
     }
 
 
 def adapter_values(prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
-    """Helm values for prometheus-community/prometheus-adapter: one rule exposing
-    :data:`QUEUE_METRIC` per pod as the custom metric :data:`ADAPTER_METRIC`."""
+    """Helm values for prometheus-community/prometheus-adapter: rules exposing vLLM's
+    :data:`RUNNING_METRIC` and :data:`QUEUE_METRIC` per pod (as the PodMonitor's scrape labels them:
+    ``namespace`` and ``pod``) as the custom metrics :data:`ADAPTER_RUNNING` and :data:`ADAPTER_METRIC`."""
     u = urlsplit(prometheus_url)
     if not (u.scheme and u.hostname):
         raise ValueError(f"prometheus_url must look like http://HOST:PORT, got {prometheus_url!r}")
     port = u.port or (443 if u.scheme == "https" else 80)
-    rule = {
-        "seriesQuery": f'{QUEUE_METRIC}{{namespace!="",pod!=""}}',
+    rules = [{
+        "seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
         "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": f"^{QUEUE_METRIC}$", "as": ADAPTER_METRIC},
+        "name": {"matches": f"^{metric}$", "as": served},
         "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
-    }
+    } for metric, served in ((RUNNING_METRIC, ADAPTER_RUNNING), (QUEUE_METRIC, ADAPTER_METRIC))]
     return {"prometheus": {"url": f"{u.scheme}://{u.hostname}", "port": port},
-            "rules": {"default": False, "custom": [rule]}}
+            "rules": {"default": False, "custom": rules}}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -232,14 +332,16 @@ def to_yaml(docs: list[dict[str, Any]]) -> str:
 
 def write(out_dir: str | Path, model_id: str, config: dict[str, Any], prometheus_url: str = PROMETHEUS_URL,
           header: str = "", **kwargs: Any) -> list[Path]:
-    """Write ``vllm.yaml`` (Deployment, Service, HPA) and, under ``optional/``, the KEDA
+    """Write ``vllm.yaml`` (Deployment, Service, HPA, PodMonitor, PodDisruptionBudget,
+    NetworkPolicy) and, under ``optional/``, the KEDA
     ``ScaledObject`` and prometheus-adapter's Helm values; ``header`` (comment lines) tops each.
     ``kwargs`` go to :func:`manifests`. Returns the paths written."""
     out = Path(out_dir)
     files = {
         out / "vllm.yaml": to_yaml(manifests(model_id, config, **kwargs)),
         out / "optional" / "keda-scaledobject.yaml": to_yaml([keda_scaled_object(
-            model_id, kwargs.get("replicas", (1, 4)), kwargs.get("queue_target", 4.0), prometheus_url)]),
+            model_id, kwargs.get("replicas", (1, 4)), kwargs.get("queue_target", 4.0), prometheus_url,
+            kwargs.get("running_target") or default_running_target(kwargs.get("concurrency", 16)))]),
         out / "optional" / "prometheus-adapter-values.yaml": to_yaml([adapter_values(prometheus_url)]),
     }
     for path, text in files.items():
@@ -262,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-replicas", type=int, default=1)
     ap.add_argument("--max-replicas", type=int, default=4)
     ap.add_argument("--queue-target", type=float, default=4.0, help="waiting requests per replica")
+    ap.add_argument("--running-target", type=float, default=None,
+                    help="running requests per replica (default: 3/4 of --concurrency)")
     ap.add_argument("--prometheus-url", default=PROMETHEUS_URL)
     ap.add_argument("--out", required=True, help="folder to write (e.g. deploy/k8s)")
     a = ap.parse_args(argv)
@@ -271,12 +375,14 @@ def main(argv: list[str] | None = None) -> int:
         "--model", a.model, "--config", a.config, "--gpu", a.gpu, "--context", a.context,
         "--concurrency", a.concurrency, "--dtype", a.dtype, "--image", a.image,
         "--min-replicas", a.min_replicas, "--max-replicas", a.max_replicas,
-        "--queue-target", f"{a.queue_target:g}", "--prometheus-url", a.prometheus_url)])
+        "--queue-target", f"{a.queue_target:g}", "--prometheus-url", a.prometheus_url,
+        *(("--running-target", f"{a.running_target:g}") if a.running_target is not None else ()))])
     header = ("# Generated by labkit.production.deploy (chapter 08): do not edit by hand. Regenerate with\n"
               f"# python -m labkit.production.deploy {args} --out <folder>\n")
     paths = write(a.out, a.model, load_config(a.config), a.prometheus_url, header, gpu=a.gpu,
                   context=a.context, concurrency=a.concurrency, image=a.image,
-                  replicas=(a.min_replicas, a.max_replicas), queue_target=a.queue_target, dtype=a.dtype)
+                  replicas=(a.min_replicas, a.max_replicas), queue_target=a.queue_target, dtype=a.dtype,
+                  running_target=a.running_target)
     for path in paths:
         print(path)
     return 0

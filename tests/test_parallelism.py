@@ -35,7 +35,7 @@ def test_rule_and_ceiling_edges():
     ("Qwen3-4B", [1, 2, 4, 8]),          # 32 heads, 8 KV heads
     ("Llama-3-8B", [1, 2, 4, 8]),        # 32 / 8
     ("Qwen3-235B-A22B", [1, 2, 4, 8]),   # 64 / 4: at 8 each KV head is replicated on two GPUs
-    ("smollm2-135m", [1]),               # 9 heads / 3 KV heads: no power of two above 1 divides 9
+    ("smollm2-135m", [1, 3]),            # 9 heads / 3 KV heads: 3 divides both (and the MLP's 1536)
 ])
 def test_valid_tp_sizes_of_shipped_configs(name, sizes):
     assert valid_tp_sizes(load_config(name)) == sizes
@@ -45,7 +45,8 @@ def test_valid_tp_sizes_rules():
     cfg = {"hidden_size": 1536, "num_attention_heads": 12, "num_key_value_heads": 4}
     assert valid_tp_sizes(cfg) == [1, 2, 4]            # 8 does not divide 12 heads
     cfg = {"hidden_size": 1536, "num_attention_heads": 24, "num_key_value_heads": 6}
-    assert valid_tp_sizes(cfg) == [1, 2]               # 4 divides 24 heads but neither splits nor copies 6
+    assert valid_tp_sizes(cfg) == [1, 2, 3, 6]         # 4 and 8 divide 24 heads but neither split nor copy 6
+    assert valid_tp_sizes({**cfg, "intermediate_size": 1000}) == [1, 2]  # 3 and 6 do not divide the MLP
     assert valid_tp_sizes(load_config("Qwen3-4B"), max_size=16) == [1, 2, 4, 8, 16]  # 16 copies 8 KV heads
 
 

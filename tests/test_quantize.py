@@ -166,3 +166,30 @@ def test_windows_and_greedy_agreement_of_a_model_with_itself(tiny_llama):
     other = tiny_llama(seed=9, tie_word_embeddings=False)
     assert P.greedy_agreement(other, seqs, 6)["top1"] < 1
     assert "post office" in P.load_text("heldout") and P.load_text("calibration") != P.load_text("heldout")
+
+
+def test_greedy_continuations_keeps_a_pad_id_of_zero():
+    """A tokenizer whose pad id is 0 (a valid id) must not have it replaced by end-of-sequence."""
+    import torch
+
+    from labkit.llm import perplexity
+
+    seen = {}
+
+    class Tok:
+        pad_token_id, eos_token_id, chat_template = 0, 2, None
+
+        def __call__(self, text, **kw):
+            return type("Enc", (), {"input_ids": torch.tensor([[5, 6]])})()
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def generate(self, ids, pad_token_id=None, max_new_tokens=1, **kw):
+            seen["pad"] = pad_token_id
+            return torch.cat([ids, torch.ones(1, max_new_tokens, dtype=ids.dtype)], 1)
+
+    out = perplexity.greedy_continuations(Model(), Tok(), ["hi"], max_new_tokens=3)
+    assert seen["pad"] == 0 and out[0].tolist()[-3:] == [1, 1, 1]

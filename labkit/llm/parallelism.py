@@ -3,9 +3,11 @@
 * :func:`min_gpus_rule`: the tutorial's rule of thumb, ``params x bytes/param x 1.8 / VRAM per GPU``
   (the 1.8 stands for KV cache and runtime on top of the weights), before and after the ceiling.
 * :func:`valid_tp_sizes`: tensor parallelism gives each GPU a slice of every layer's attention
-  heads, so its size must divide the query heads, and the KV heads must split evenly or be copied
-  whole (vLLM replicates them when the size is a multiple of the KV heads); sizes stay within one
-  node (8 GPUs on NVLink) as powers of two. That is why the rule's 7 becomes 8.
+  heads and MLP columns, so its size must divide the query heads and the MLP's width, and the KV
+  heads must split evenly or be copied whole (vLLM replicates them when the size is a multiple of
+  the KV heads). vLLM asks nothing more: 3 or 6 GPUs are valid where they divide. Sizes stay
+  within one node (8 GPUs on NVLink). That is why the rule's 7 becomes 8: 7 divides none of
+  DeepSeek-V3's 128 heads.
 * :func:`per_gpu`: bytes each GPU holds under tensor (``tp``) and pipeline (``pp``) parallelism:
   weights, KV cache for a target context x concurrency (from :mod:`labkit.llm.kvcache`),
   activations of one prefill chunk and a fixed runtime reserve.
@@ -36,17 +38,15 @@ def min_gpus_rule(params: float, dtype: str, vram_bytes: float, overhead: float 
 
 
 def valid_tp_sizes(config: dict[str, Any], max_size: int = NODE_GPUS) -> list[int]:
-    """Tensor-parallel sizes this model accepts, up to ``max_size``: powers of two that divide the
-    attention heads, and whose KV heads either split evenly (``kv % tp == 0``) or are replicated
-    whole (``tp % kv == 0``)."""
+    """Tensor-parallel sizes this model accepts, up to ``max_size``, by vLLM's rule: sizes that divide
+    the attention heads and the MLP's width (per expert for MoE), and whose KV heads either split
+    evenly (``kv % tp == 0``) or are replicated whole (``tp % kv == 0``). Not only powers of two."""
     c = text_config(config)
     heads, kv = c["num_attention_heads"], kv_heads(c)
-    sizes, t = [], 1
-    while t <= max_size:
-        if heads % t == 0 and (kv % t == 0 or t % kv == 0):
-            sizes.append(t)
-        t *= 2
-    return sizes
+    moe = c.get("moe_intermediate_size") if c.get("num_experts_per_tok") else None
+    width = moe or c.get("intermediate_size")
+    return [t for t in range(1, max_size + 1)
+            if heads % t == 0 and (kv % t == 0 or t % kv == 0) and (not width or width % t == 0)]
 
 
 def round_up_tp(n_gpus: int, config: dict[str, Any], max_size: int = NODE_GPUS) -> int | None:

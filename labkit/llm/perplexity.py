@@ -73,7 +73,7 @@ def greedy_continuations(model, tok, prompts: list[str], max_new_tokens: int = 1
         ids = torch.tensor([chat_ids(tok, prompt)], device=dev)
         gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                              min_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tok.pad_token_id or tok.eos_token_id)
+                             pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id)
         out.append(torch.cat([ids[0].cpu(), gen[0, ids.shape[1]:].cpu()]))
     return out
 

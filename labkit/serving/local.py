@@ -56,7 +56,8 @@ def generate_timed(model: Any, tokenizer: Any, prompt: str, max_tokens: int = 32
     try:
         with torch.inference_mode():
             model.generate(**enc, max_new_tokens=max_tokens, do_sample=False, streamer=Stamp(),
-                           pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, **extra)
+                           pad_token_id=tokenizer.eos_token_id if tokenizer.pad_token_id is None
+                           else tokenizer.pad_token_id, **extra)
     except Exception as e:  # noqa: BLE001 - recorded, not lost: the record says what failed
         rec.t_end = time.perf_counter()
         return fail(rec, "error", f"{type(e).__name__}: {e}")

@@ -236,3 +236,90 @@ def test_seed_verdict_holds_with_mean_and_spread():
     for bad in (([], []), ([1, 2], [1]), ([1, -1], [0, 0]), ([[1]], [[0]])):
         with pytest.raises(ValueError):
             fleet.seed_verdict(*bad)
+
+
+# --- what a real HPA adds: tolerance, scrape lag, behaviour policies, grace period ---------------
+
+def _steady(rps: float, seconds: float) -> np.ndarray:
+    return np.arange(0.0, seconds, 1.0 / rps)
+
+
+def _replicas_at(result: dict, t_s: float) -> int:
+    """Ready + starting replicas the timeline shows at ``t_s`` (after that tick's decision)."""
+    return max(r + s for t, r, s, _ in result["timeline"] if t <= t_s)
+
+
+def test_tolerance_holds_a_fleet_within_ten_percent_of_target():
+    # 2 replicas x 10 slots, 4 s requests at 4.3 req/s: ~17.2 busy, 8.6 per replica vs a target of 8
+    # (7.5% over). Without tolerance the HPA asks for ceil(17 / 8) = 3; with 10% it stays at 2.
+    args = (_steady(4.3, 1800), 4.0, 10)
+    base = dict(min_replicas=2, signal="running", target=8, interval_s=15, cold_start_s=60)
+    exact = fleet.simulate_fleet(*args, fleet.ScalerConfig(**base), slo_s=30, max_wait_s=60)
+    tol = fleet.simulate_fleet(*args, fleet.ScalerConfig(**base, tolerance=0.1), slo_s=30, max_wait_s=60)
+    assert exact["peak_replicas"] >= 3 and tol["peak_replicas"] == 2
+
+
+def test_scale_up_policy_adds_at_most_two_pods_or_double_per_minute():
+    burst = _steady(20.0, 600)  # wants ~10 replicas of 8 slots at 4 s per request from the start
+    # (busy slots cannot exceed the fleet's slots, so queue depth is the signal that sees the burst)
+    base = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4), interval_s=15,
+                cold_start_s=30)
+    free = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
+    paced = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base, up_pods=2, up_percent=100,
+                                                                  up_period_s=60), slo_s=60, max_wait_s=120)
+    assert _replicas_at(free, 15) >= 2 and _replicas_at(free, 60) >= 6
+    for t in (15, 60, 120):  # from 1: at most max(1+2, 1x2) = 3 in the first minute, then 6 (double)
+        assert _replicas_at(paced, t) <= {15: 3, 60: 3, 120: 6}[t], (t, _replicas_at(paced, t))
+    assert paced["peak_replicas"] >= 6  # it still gets there
+
+
+def test_scale_down_policy_removes_one_pod_per_period():
+    trace = np.concatenate([_steady(20.0, 600), 600 + _steady(0.2, 1800)])
+    base = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4), interval_s=15,
+                cold_start_s=30, scale_down_delay_s=60)
+    free = fleet.simulate_fleet(trace, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
+    paced = fleet.simulate_fleet(trace, 4.0, 8, fleet.ScalerConfig(**base, down_pods=1, down_period_s=120),
+                                 slo_s=60, max_wait_s=120)
+    def drops(r):  # replicas removed per decision after the load fell
+        n = [a + b for t, a, b, _ in r["timeline"] if t >= 600]
+        return [x - y for x, y in zip(n, n[1:], strict=False) if x > y]
+    assert max(drops(free)) >= 3 and max(drops(paced)) == 1
+    times = [t for (t, a, b, _), (_, c2, d, _) in zip(paced["timeline"], paced["timeline"][1:], strict=False)
+             if t >= 600 and c2 + d < a + b]
+    assert all(y - x >= 120 for x, y in zip(times, times[1:], strict=False))
+
+
+def test_grace_period_cuts_requests_longer_than_it():
+    # 300 s requests, load ends: a scaled-down replica's requests are cut after a 60 s grace period.
+    trace = np.concatenate([_steady(0.2, 300), 300 + _steady(0.01, 3000)])
+    base = dict(min_replicas=1, signal="running", target=2, interval_s=15, cold_start_s=30,
+                scale_down_delay_s=60)
+    kept = fleet.simulate_fleet(trace, 300.0, 8, fleet.ScalerConfig(**base), slo_s=400, max_wait_s=600)
+    cut = fleet.simulate_fleet(trace, 300.0, 8, fleet.ScalerConfig(**base, grace_s=60), slo_s=400,
+                               max_wait_s=600)
+    assert kept["cut"] == 0 and cut["cut"] > 0 and cut["accounted"] and kept["accounted"]
+    assert cut["dropped"] >= cut["cut"]
+
+
+def test_scrape_lag_delays_the_reaction():
+    burst = np.concatenate([_steady(0.5, 600), 600 + _steady(20.0, 300)])
+    base = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4), interval_s=15,
+                cold_start_s=30)
+    now = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
+    lagged = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base, scrape_s=15, lag_s=60),
+                                  slo_s=60, max_wait_s=120)
+    first = [min(t for t, r, s, _ in x["timeline"] if r + s > 1) for x in (now, lagged)]
+    assert first[1] - first[0] >= 45, first
+
+
+def test_manifest_config_is_what_deploy_says():
+    from labkit.production import deploy
+
+    c = fleet.ScalerConfig.manifest(running_target=12, queue_target=4, max_replicas=8, cold_start_s=600)
+    assert (c.signal, c.target, c.second) == ("running", 12, ("waiting", 4))
+    assert c.interval_s == deploy.HPA_SYNC_S and c.tolerance == deploy.HPA_TOLERANCE == 0.1
+    assert c.scale_down_delay_s == deploy.HPA_BEHAVIOR["scaleDown"]["stabilizationWindowSeconds"]
+    assert (c.up_pods, c.up_percent, c.up_period_s) == (2, 100, 60)
+    assert (c.down_pods, c.down_period_s, c.grace_s) == (1, 120, deploy.GRACE_S)
+    with pytest.raises(ValueError, match="signal"):
+        fleet.ScalerConfig(second=("latency", 1.0))

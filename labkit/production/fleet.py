@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
@@ -101,7 +101,17 @@ class ScalerConfig:
     """The autoscaler: replicas in [``min_replicas``, ``max_replicas``] (from 0, a queued request
     starts the first, as KEDA's activation does); ``signal`` ``"waiting"`` or ``"running"`` and its
     ``target`` per replica, read every ``interval_s`` s; ``cold_start_s``, ``warm_pool`` (replicas),
-    ``warm_start_s`` and ``scale_down_delay_s`` in seconds, as the module docstring describes."""
+    ``warm_start_s`` and ``scale_down_delay_s`` in seconds, as the module docstring describes.
+
+    What a real HPA adds (all off by default; :meth:`manifest` turns them on as deploy/k8s says):
+    ``second`` = (signal, target), a second metric (replicas = the larger wish); ``tolerance``, no
+    change while every metric is within that fraction of its target (Kubernetes: 0.10);
+    ``scrape_s``, the metric is sampled every ``scrape_s`` s and the scaler reads the last sample
+    (Prometheus' scrape), ``lag_s`` older still (adapter, query); ``up_pods``/``up_percent`` per
+    ``up_period_s``: at most that many more replicas (the larger of the two) than ``up_period_s``
+    ago; ``down_pods`` per ``down_period_s``: at most that many fewer; ``grace_s``: a replica being
+    removed gets that long to finish its requests, then the rest are cut (counted as dropped,
+    Kubernetes' terminationGracePeriodSeconds)."""
 
     min_replicas: int = 1
     max_replicas: int = 20
@@ -112,14 +122,47 @@ class ScalerConfig:
     warm_pool: int = 0
     warm_start_s: float = 5.0
     scale_down_delay_s: float = 300.0
+    second: tuple[str, float] | None = None
+    tolerance: float = 0.0
+    scrape_s: float = 0.0
+    lag_s: float = 0.0
+    up_pods: int | None = None
+    up_percent: float | None = None
+    up_period_s: float = 60.0
+    down_pods: int | None = None
+    down_period_s: float = 60.0
+    grace_s: float = math.inf
 
     def __post_init__(self) -> None:
-        if self.signal not in ("waiting", "running"):
-            raise ValueError(f"signal={self.signal!r}: choose 'waiting' (queue depth) or 'running' (busy)")
+        for sig in (self.signal, *(self.second[:1] if self.second else ())):
+            if sig not in ("waiting", "running"):
+                raise ValueError(f"signal={sig!r}: choose 'waiting' (queue depth) or 'running' (busy)")
         if not (0 <= self.min_replicas <= self.max_replicas >= 1 and self.target > 0 and self.interval_s > 0
-                and min(self.cold_start_s, self.warm_start_s, self.warm_pool, self.scale_down_delay_s) >= 0):
-            raise ValueError(f"need 0 <= min_replicas <= max_replicas >= 1, target and interval_s > 0, the "
+                and min(self.cold_start_s, self.warm_start_s, self.warm_pool, self.scale_down_delay_s,
+                        self.tolerance, self.scrape_s, self.lag_s, self.grace_s) >= 0
+                and (self.second is None or self.second[1] > 0)
+                and self.up_period_s > 0 and self.down_period_s > 0):
+            raise ValueError(f"need 0 <= min_replicas <= max_replicas >= 1, targets and periods > 0, the "
                              f"other fields >= 0; got {self}")
+
+    @classmethod
+    def manifest(cls, running_target: float, queue_target: float, min_replicas: int = 1,
+                 max_replicas: int = 20, cold_start_s: float = 120.0, **kw: Any) -> ScalerConfig:
+        """The autoscaler deploy/k8s describes (:mod:`labkit.production.deploy`): running requests
+        with queue depth second, its ``behavior`` (:data:`~labkit.production.deploy.HPA_BEHAVIOR`),
+        Kubernetes' 10% tolerance and 15 s sync, a 15 s scrape, the pods' 60 s grace period."""
+        from . import deploy
+
+        b = deploy.HPA_BEHAVIOR
+        up = {p["type"]: p for p in b["scaleUp"]["policies"]}
+        (down,) = b["scaleDown"]["policies"]
+        return cls(**{**dict(
+            min_replicas=min_replicas, max_replicas=max_replicas, signal="running", target=running_target,
+            second=("waiting", queue_target), interval_s=deploy.HPA_SYNC_S, cold_start_s=cold_start_s,
+            scale_down_delay_s=b["scaleDown"]["stabilizationWindowSeconds"], tolerance=deploy.HPA_TOLERANCE,
+            scrape_s=deploy.SCRAPE_S, up_pods=up["Pods"]["value"], up_percent=up["Percent"]["value"],
+            up_period_s=up["Pods"]["periodSeconds"], down_pods=down["value"],
+            down_period_s=down["periodSeconds"], grace_s=deploy.GRACE_S), **kw})
 
 
 @dataclass(slots=True)
@@ -128,6 +171,7 @@ class _Replica:
     state: str                  # warm (pool), starting, ready, draining
     ready_at: float = 0.0       # warm-pool replicas: when warm (s)
     busy: int = 0
+    inflight: set[int] = field(default_factory=set)   # request indices it serves
 
 
 def service_times(service_s: Service, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -159,7 +203,9 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
     queue: deque[int] = deque()
     reps = [_Replica(0.0, "ready") for _ in range(c.min_replicas)]
     ready, pool = list(reps), [_Replica(0.0, "warm") for _ in range(c.warm_pool)]
-    st, timeline, done = {"completed": 0, "dropped": 0, "billed": 0.0}, [], env.event()
+    st, timeline, done = {"completed": 0, "dropped": 0, "cut": 0, "billed": 0.0}, [], env.event()
+    samples: deque[tuple[float, int, int]] = deque([(0.0, 0, 0)])   # (t, running, waiting) scraped
+    events: deque[tuple[float, int]] = deque()                      # (t, change in replicas)
 
     def dispatch() -> None:
         while queue and env.now - arr[queue[0]] > max_wait_s:     # the oldest gave up
@@ -170,17 +216,31 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
             if best is None or best.busy >= slots_per_replica:
                 break
             best.busy += 1
+            best.inflight.add(queue[0])
             env.timeout(serv[queue[0]]).callbacks.append(partial(finish, best, queue.popleft()))
         if st["completed"] + st["dropped"] == n and not done.triggered:
             done.succeed()
 
     def finish(r: _Replica, i: int, _event: Any) -> None:
+        if i not in r.inflight:                 # cut at the end of its replica's grace period
+            return
+        r.inflight.discard(i)
         r.busy -= 1
         st["completed"] += 1
         lat[i] = env.now - arr[i]
         if r.state == "draining" and r.busy == 0:
             retire(r)
         dispatch()
+
+    def cut(r: _Replica):                       # the grace period is over: what is left is lost
+        yield env.timeout(c.grace_s)
+        if r.state == "draining":
+            st["dropped"] += len(r.inflight)
+            st["cut"] += len(r.inflight)
+            r.inflight.clear()
+            r.busy = 0
+            retire(r)
+            dispatch()
 
     def retire(r: _Replica) -> None:
         st["billed"] += env.now - r.since
@@ -222,35 +282,87 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
             if r.busy:
                 r.state = "draining"            # finishes its requests, then goes
                 ready.remove(r)
+                if math.isfinite(c.grace_s):
+                    env.process(cut(r))
             else:
                 retire(r)
+
+    def now_signals() -> tuple[int, int]:
+        return sum(r.busy for r in ready), len(queue)
+
+    def scrape():
+        while True:
+            yield env.timeout(c.scrape_s)
+            samples.append((float(env.now), *now_signals()))
+            while len(samples) > 2 and samples[1][0] <= env.now - c.lag_s - c.scrape_s:
+                samples.popleft()
+
+    def seen() -> tuple[int, int]:
+        """(running, waiting) as the scaler sees them: now, or the last scrape at least lag_s old."""
+        if c.scrape_s == 0 and c.lag_s == 0:
+            return now_signals()
+        old = [x for x in samples if x[0] <= env.now - c.lag_s]
+        return old[-1][1:] if old else (0, 0)
+
+    def wish(active: int) -> int:
+        running, waiting = seen()
+        value = {"running": running, "waiting": waiting}
+        metrics = [(c.signal, c.target), *([c.second] if c.second else [])]
+        wants = []
+        for sig, target in metrics:
+            ratio = value[sig] / (target * active) if active else math.inf
+            if active and abs(ratio - 1) <= c.tolerance:
+                wants.append(active)            # within tolerance: this metric asks for no change
+            else:
+                wants.append(math.ceil(value[sig] / target - 1e-9))
+        return max(wants)
+
+    def limits(active: int) -> tuple[int, int]:
+        """Fewest and most replicas the behaviour's policies allow now, as the HPA computes them: from
+        the replicas at the start of each policy's period (now, less the changes made within it)."""
+        ups = sum(d for t, d in events if d > 0 and t > env.now - c.up_period_s)
+        downs = -sum(d for t, d in events if d < 0 and t > env.now - c.down_period_s)
+        hi = c.max_replicas
+        if c.up_pods is not None or c.up_percent is not None:
+            start = active - ups
+            hi = max(start + (c.up_pods or 0), math.ceil(start * (1 + (c.up_percent or 0) / 100)))
+        lo = active + downs - c.down_pods if c.down_pods is not None else 0
+        return lo, hi
 
     def scaler():
         wishes: deque[tuple[float, int]] = deque()
         while True:
             dispatch()                          # drops the requests that gave up
             active = sum(r.state in ("starting", "ready") for r in reps)
-            signal = len(queue) if c.signal == "waiting" else sum(r.busy for r in ready)
             wake = int(active == 0 and len(queue) > 0)      # 0 -> 1 on queued work, as KEDA activates
-            want = min(max(math.ceil(signal / c.target - 1e-9), c.min_replicas, wake), c.max_replicas)
+            want = min(max(wish(active), c.min_replicas, wake), c.max_replicas)
             wishes.append((env.now, want))
             while wishes[0][0] < env.now - c.scale_down_delay_s:
                 wishes.popleft()
+            lo, hi = limits(active)
             if want > active:
-                scale_up(want - active)
+                scale_up(max(min(want, hi), active + wake) - active)
             elif env.now >= c.scale_down_delay_s and max(w for _, w in wishes) < active:
-                scale_down(active - max(w for _, w in wishes))
+                scale_down(active - max(max(w for _, w in wishes), lo))
+            after = sum(r.state in ("starting", "ready") for r in reps)
+            if after != active:
+                events.append((float(env.now), after - active))
+                while events and events[0][0] <= env.now - max(c.up_period_s, c.down_period_s):
+                    events.popleft()
             starting = sum(r.state == "starting" for r in reps)
             timeline.append((float(env.now), len(ready), starting, len(queue)))
             yield env.timeout(c.interval_s)
 
+    if c.scrape_s > 0:
+        env.process(scrape())
     env.process(arrive())
     env.process(scaler())
     env.run(until=done)
     if horizon_s is not None and horizon_s > env.now:
         env.run(until=horizon_s)
     ok = lat[~np.isnan(lat)]
-    return {"n": n, "completed": st["completed"], "dropped": st["dropped"], "late": int((ok > slo_s).sum()),
+    return {"n": n, "completed": st["completed"], "dropped": st["dropped"], "cut": st["cut"],
+            "late": int((ok > slo_s).sum()),
             "accounted": st["completed"] + st["dropped"] == n == ok.size + st["dropped"] and not queue,
             "p50_latency_s": percentile(ok, 50), "p99_latency_s": percentile(ok, 99),
             "gpu_hours": float(st["billed"] + sum(env.now - r.since for r in reps + pool)) / 3600,

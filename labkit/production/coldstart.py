@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,106 @@ def plot_breakdown(bars: dict[str, dict[str, float]], ax: Any = None) -> Any:
     ax.set(xlabel="seconds from process start", title="where a cold start goes (measured)")
     ax.legend(fontsize=7, ncol=3, loc="upper right")
     return ax
+
+
+# --- a GPU replica's cold start, itemized (chapter 08) ----------------------------------------------
+# What a new replica on a GPU cluster waits for, each phase a labelled figure with its source. Only
+# the engine start is measured here; the rest are stated assumptions (low, typical, high) or bytes ÷
+# bandwidth computed from them. Sizes in bytes, bandwidths in bytes/s, times in seconds.
+
+#: The serving image's compressed size (vllm/vllm-openai is several GB: CUDA, PyTorch, vLLM's kernels).
+IMAGE_BYTES = 8e9
+#: (low, typical, high) assumptions, each with where the figure comes from.
+ASSUMPTIONS: dict[str, tuple[float, float, float, str]] = {
+    "node_s": (0.0, 240.0, 600.0, "a cluster autoscaler adding a GPU node takes minutes on the public "
+               "clouds (assumed 4 min; 0 when a node with a free GPU is already up, 10 min when GPUs are "
+               "scarce)"),
+    "registry_bps": (500e6, 150e6, 50e6, "image pull and unpack, bytes/s (assumed: a registry mirror in the "
+                     "same region at the low end, a public registry at the high end)"),
+    "storage_bps": (2e9, 200e6, 50e6, "weights read, bytes/s: a local NVMe or a cached volume (2 GB/s), the "
+                    "Hugging Face Hub from a cloud VM (200 MB/s), a slow link (50 MB/s); assumed"),
+    "capture_s": (10.0, 60.0, 180.0, "torch.compile and CUDA graph capture at vLLM's start, which vLLM logs; "
+                  "assumed (no GPU here): a warm compile cache at the low end"),
+}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a cold start: ``seconds`` typical, ``low``/``high`` its range, ``kind`` measured |
+    computed | assumed, ``source``, and ``in_probe``: whether it runs after the container starts, so
+    that the startup probe's budget must cover it (node and image pull come before)."""
+
+    name: str
+    seconds: float
+    low: float
+    high: float
+    kind: str
+    source: str
+    in_probe: bool
+
+
+def gpu_replica_budget(weights_bytes: float, engine_start_s: float, image_bytes: float = IMAGE_BYTES,
+                       assumptions: dict[str, tuple[float, float, float, str]] | None = None) -> list[Phase]:
+    """The phases of a GPU replica's cold start in order: node, image pull (``image_bytes`` ÷ registry
+    bandwidth), weights (``weights_bytes`` ÷ storage bandwidth), engine start (``engine_start_s``,
+    measured here: process, imports, KV allocation; range half to twice) and graph capture."""
+    a = {**ASSUMPTIONS, **(assumptions or {})}
+    if weights_bytes <= 0 or engine_start_s <= 0 or image_bytes <= 0:
+        raise ValueError("weights_bytes, engine_start_s and image_bytes must be > 0")
+    node, reg, sto, cap = a["node_s"], a["registry_bps"], a["storage_bps"], a["capture_s"]
+    return [
+        Phase("node", node[1], node[0], node[2], "assumed", node[3], False),
+        Phase("image pull", image_bytes / reg[1], image_bytes / reg[0], image_bytes / reg[2], "computed",
+              f"{image_bytes / 1e9:.0f} GB image ÷ {reg[3]}", False),
+        Phase("weights", weights_bytes / sto[1], weights_bytes / sto[0], weights_bytes / sto[2], "computed",
+              f"{weights_bytes / 1e9:.1f} GB of weights ÷ {sto[3]}", True),
+        Phase("engine start", engine_start_s, engine_start_s / 2, engine_start_s * 2, "measured",
+              "this machine's engine: process start to /health, less its weight loading", True),
+        Phase("graph capture", cap[1], cap[0], cap[2], "assumed", cap[3], True),
+    ]
+
+
+def budget_total(phases: list[Phase], which: str = "seconds", in_probe: bool | None = None) -> float:
+    """Sum of ``which`` (``seconds``, ``low`` or ``high``) over the phases (only those ``in_probe``
+    when given)."""
+    return float(sum(getattr(p, which) for p in phases if in_probe is None or p.in_probe == in_probe))
+
+
+def sensitivity(phases: list[Phase]) -> list[dict[str, Any]]:
+    """Each phase moved alone to its low and to its high: the total cold start then (s), widest first."""
+    typical = budget_total(phases)
+    rows = [{"phase": p.name, "low_total_s": typical - p.seconds + p.low,
+             "high_total_s": typical - p.seconds + p.high, "kind": p.kind} for p in phases]
+    return sorted(rows, key=lambda r: r["high_total_s"] - r["low_total_s"], reverse=True)
+
+
+def probe_covers(phases: list[Phase], probe_budget_s: float) -> dict[str, Any]:
+    """Whether a startup probe's budget (s) covers the phases after the container starts, at their
+    typical and high values: ``typical_s``, ``high_s``, ``budget_s``, ``covers_typical``, ``covers_high``."""
+    typ, high = budget_total(phases, "seconds", True), budget_total(phases, "high", True)
+    return {"typical_s": typ, "high_s": high, "budget_s": float(probe_budget_s),
+            "covers_typical": typ <= probe_budget_s, "covers_high": high <= probe_budget_s}
+
+
+def plot_budget(phases: list[Phase], axes: Any = None) -> Any:
+    """Left: the typical cold start as one stacked bar (hatched: assumed). Right: each phase's range
+    moved alone (a tornado). Returns the two Axes."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        axes = plt.subplots(1, 2, figsize=(11, 3.2))[1]
+    left = 0.0
+    for i, p in enumerate(phases):
+        axes[0].barh(0, p.seconds, left=left, color=plt.cm.tab10(i),
+                     hatch="//" if p.kind == "assumed" else None, label=f"{p.name} ({p.kind})")
+        left += p.seconds
+    axes[0].set(yticks=[], xlabel="seconds", title=f"GPU replica cold start: {left / 60:.1f} min typical")
+    axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
+    rows = sensitivity(phases)[::-1]
+    typical = budget_total(phases)
+    for i, r in enumerate(rows):
+        axes[1].barh(i, r["high_total_s"] - r["low_total_s"], left=r["low_total_s"], color="tab:gray")
+    axes[1].axvline(typical, color="k", lw=1)
+    axes[1].set_yticks(range(len(rows)), [r["phase"] for r in rows])
+    axes[1].set(xlabel="total cold start (s), one phase from low to high", title="sensitivity")
+    return axes

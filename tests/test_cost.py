@@ -237,3 +237,26 @@ def test_crossover_table_rows_and_never():
                      "t ($2/1M out)": f"{x[(case, 't')]:,.0f}/day", "cheap ($0.01/1M out)": "never"}]
     assert x[(case, "t")] == pytest.approx(crossover(200, 100, TIER, GPU, {1: 1000}, slo_concurrency=1))
     assert math.isfinite(x[(case, "t")]) and x[(case, "cheap")] == math.inf
+
+
+def test_prompt_tokens_shrink_a_replicas_capacity():
+    """A long prompt costs replica time (prefill) as well as API tokens: at 2,000 prompt tokens and a
+    measured 0.5 ms per prompt token, each 200-token answer also holds the replica 1 s."""
+    free = monthly_costs(10_000, 2000, 200, TIER, GPU, CURVE)
+    paid = monthly_costs(10_000, 2000, 200, TIER, GPU, CURVE, prefill_s_per_token=0.0005)
+    # 55 tok/s -> 200 / (200 / 55 + 1.0) = 43.1 tok/s
+    assert paid["per_replica_tok_s"] == pytest.approx(200 / (200 / 55 + 1.0))
+    assert paid["prefill_share"] == pytest.approx(1.0 / (200 / 55 + 1.0))  # of the replica's time
+    assert free["prefill_share"] == 0 and paid["api_usd"] == free["api_usd"]
+    hi = monthly_costs(2e6, 2000, 200, TIER, GPU, CURVE, prefill_s_per_token=0.0005)
+    assert hi["replicas"] > monthly_costs(2e6, 2000, 200, TIER, GPU, CURVE)["replicas"]
+
+
+def test_crossover_sensitivity_grid():
+    from labkit.production.cost import crossover_sensitivity
+
+    rows = crossover_sensitivity([100, 4000], [0.4, 0.8], 200, TIER, GPU, CURVE, prefill_s_per_token=0.0005)
+    assert [(r["input_tokens"], r["utilization"]) for r in rows] == [(100, 0.4), (100, 0.8), (4000, 0.4),
+                                                                    (4000, 0.8)]
+    by = {(r["input_tokens"], r["utilization"]): r["crossover_rpd"] for r in rows}
+    assert by[(100, 0.8)] <= by[(100, 0.4)]  # a fuller fleet pays off sooner

@@ -175,14 +175,19 @@ def capacity(throughput_curve: dict[int, float], slo_concurrency: int | None = N
 def monthly_costs(requests_per_day: float, input_tokens: float, output_tokens: float, tier: dict[str, Any],
                   gpu: dict[str, Any], throughput_curve: dict[int, float], slo_concurrency: int | None = None,
                   peak_to_mean: float = 2.0, utilization_target: float = 0.7, min_replicas: int = 1,
-                  gpus_per_replica: int = 1) -> dict[str, Any]:
+                  gpus_per_replica: int = 1, prefill_s_per_token: float = 0.0) -> dict[str, Any]:
     """One month (:data:`DAYS_PER_MONTH` days) of ``requests_per_day`` requests of ``input_tokens``
     in and ``output_tokens`` out each, priced on the API ``tier`` and on always-on replicas of ``gpu``
     (``gpus_per_replica`` GPUs each, e.g. the tensor-parallel size).
 
     Replicas: :func:`replicas_needed` for the peak output rate (mean x ``peak_to_mean``) at
     ``utilization_target`` of the per-replica capacity from :func:`capacity`, at least
-    ``min_replicas``. Returns $ both ways (``api_usd``, ``dedicated_usd``), ``replicas``, ``gpus``,
+    ``min_replicas``. Prompt tokens cost both ways: the API bills them at ``input_per_mtok``, and on
+    a replica each request's prompt takes ``input_tokens x prefill_s_per_token`` seconds (the slope
+    of measured TTFT against prompt length) during which it decodes nothing, so its output capacity
+    shrinks to ``out / (out / capacity + input_tokens x prefill_s_per_token)`` (0: prompts free, as
+    if prefill overlapped decode completely; ``prefill_share`` is prefill's share of a replica's
+    time). Returns $ both ways (``api_usd``, ``dedicated_usd``), ``replicas``, ``gpus``,
     the replica's ``concurrency`` and ``per_replica_tok_s``, ``utilization`` (mean load / provisioned
     capacity), $ per 1M output tokens each way (inf with no traffic) and which is ``cheaper``."""
     rpd = _number(requests_per_day, "requests_per_day")
@@ -192,6 +197,10 @@ def monthly_costs(requests_per_day: float, input_tokens: float, output_tokens: f
     if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
         raise ValueError(f"min_replicas must be a whole number >= 0, got {min_replicas!r}")
     concurrency, cap = capacity(throughput_curve, slo_concurrency)
+    in_tok = _number(input_tokens, "input_tokens")
+    prefill_s = _number(prefill_s_per_token, "prefill_s_per_token") * in_tok
+    if out_tok > 0 and prefill_s > 0:  # decode time per request + its prompt's prefill time
+        cap = out_tok / (out_tok / cap + prefill_s)
     mean_tok_s = rpd * out_tok / SECONDS_PER_DAY
     replicas = max(min_replicas, replicas_needed(mean_tok_s * peak_to_mean, cap, utilization_target))
     requests = rpd * DAYS_PER_MONTH
@@ -202,6 +211,7 @@ def monthly_costs(requests_per_day: float, input_tokens: float, output_tokens: f
         "requests_per_month": requests, "output_tokens_per_month": requests * out_tok,
         "api_usd": api, "dedicated_usd": dedicated, "replicas": replicas, "gpus": replicas * gpus_per_replica,
         "concurrency": concurrency, "per_replica_tok_s": cap, "mean_output_tok_s": mean_tok_s,
+        "prefill_share": prefill_s / (out_tok / cap) if out_tok and cap else 0.0,
         "utilization": mean_tok_s / (replicas * cap) if replicas else 0.0,
         "api_usd_per_mtok_out": api / mtok_out if mtok_out else math.inf,
         "dedicated_usd_per_mtok_out": dedicated / mtok_out if mtok_out else math.inf,
@@ -242,6 +252,18 @@ def crossover(input_tokens: float, output_tokens: float, tier: dict[str, Any], g
         m = 0.5 * (a + b)
         a, b = (a, m) if gap(m) >= 0 else (m, b)
     return b
+
+
+def crossover_sensitivity(input_tokens: list[float], utilizations: list[float], output_tokens: float,
+                          tier: dict[str, Any], gpu: dict[str, Any], throughput_curve: dict[int, float],
+                          **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`crossover` (requests/day) for every prompt length in ``input_tokens`` and every
+    ``utilization_target`` in ``utilizations`` (``kwargs`` to :func:`monthly_costs`, e.g.
+    ``prefill_s_per_token``): one row each, ``inf`` where dedicated never wins."""
+    return [{"input_tokens": i, "utilization": u,
+             "crossover_rpd": crossover(i, output_tokens, tier, gpu, throughput_curve, points=400,
+                                        utilization_target=u, **kwargs)}
+            for i in input_tokens for u in utilizations]
 
 
 def plot_crossover(input_tokens: float, output_tokens: float, tier: dict[str, Any], gpu: dict[str, Any],

@@ -193,3 +193,24 @@ def test_greedy_continuations_keeps_a_pad_id_of_zero():
 
     out = perplexity.greedy_continuations(Model(), Tok(), ["hi"], max_new_tokens=3)
     assert seen["pad"] == 0 and out[0].tolist()[-3:] == [1, 1, 1]
+
+
+def test_per_channel_keys_beat_per_token_on_outlier_channels():
+    """KIVI's point: keys carry a few large channels in every token. At 4 bits a per-token scale is
+    set by the outlier and rounds the small channels to zero; a per-channel scale keeps them."""
+    import torch
+
+    from labkit.llm import quantize as Q
+
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(1, 2, 64, 32, generator=g)
+    k[..., 3] *= 40  # an outlier channel, as real keys have
+    per_token = Q.dequantize_kv(*Q.quantize_kv(k, 4), k.dtype)
+    per_channel = Q.fake_quant_kv_per_channel(k, 4, group=32)
+    small = [c for c in range(32) if c != 3]
+    err_t = (per_token - k)[..., small].pow(2).mean()
+    err_c = (per_channel - k)[..., small].pow(2).mean()
+    assert err_c < 0.1 * err_t, (float(err_c), float(err_t))
+    assert per_channel.shape == k.shape and per_channel.dtype == k.dtype
+    odd = Q.fake_quant_kv_per_channel(k[:, :, :50], 4, group=32)  # a partial last group
+    assert odd.shape == (1, 2, 50, 32) and torch.allclose(odd[:, :, :32], per_channel[:, :, :32])

@@ -218,6 +218,20 @@ def dequantize_kv(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = tor
     return q.to(dtype) * scale.to(dtype)
 
 
+def fake_quant_kv_per_channel(x: torch.Tensor, bits: int = 4, group: int = 32) -> torch.Tensor:
+    """Keys rounded as KIVI stores them (Liu et al., 2024): one float16 scale per channel of each head
+    over a group of ``group`` consecutive tokens, instead of one per token. Keys have a few channels
+    with large values in every token; a per-token scale spends its range on those channels and
+    rounds the rest to nothing, a per-channel one does not. Returns ``x`` rounded, in its dtype.
+    ``x``: ``(batch, heads, tokens, head_dim)``."""
+    b, h, t, d = x.shape
+    pad = (-t) % group
+    g = torch.nn.functional.pad(x.float(), (0, 0, 0, pad)).view(b, h, (t + pad) // group, group, d)
+    scale = (g.abs().amax(3, keepdim=True) / qmax(bits)).clamp_min(_MIN_SCALE).to(SCALE_DTYPE)
+    out = round_to_grid(g, scale, bits).float() * scale.float()
+    return out.view(b, h, t + pad, d)[:, :, :t].to(x.dtype)
+
+
 def quantize_cache_(cache, bits: int = 8) -> dict[str, int]:
     """Round every layer's keys and values of a transformers cache through :func:`quantize_kv`,
     in place (attention then reads exactly what an INT8 cache would hand it). Returns
@@ -257,14 +271,17 @@ def activation_quant(model: nn.Module, bits: int = 8, skip: tuple[str, ...] = ("
 
 
 _ATTN = "labkit_quant_attention"
-_ATTN_BITS: dict[str, int | None] = {"kv": None, "probs": None}
+_ATTN_BITS: dict[str, int | None] = {"kv": None, "probs": None, "keys_per_channel": None}
 
 
 def _quant_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Eager attention with optional fake-quantized K/V (per token and head) and probabilities
     (8 bits unsigned, one scale per query row)."""
     if _ATTN_BITS["kv"]:
-        key = dequantize_kv(*quantize_kv(key, _ATTN_BITS["kv"]), key.dtype)
+        if _ATTN_BITS["keys_per_channel"]:
+            key = fake_quant_kv_per_channel(key, _ATTN_BITS["kv"])
+        else:
+            key = dequantize_kv(*quantize_kv(key, _ATTN_BITS["kv"]), key.dtype)
         value = dequantize_kv(*quantize_kv(value, _ATTN_BITS["kv"]), value.dtype)
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
@@ -281,20 +298,22 @@ def _quant_attention(module, query, key, value, attention_mask, scaling, dropout
 
 
 @contextlib.contextmanager
-def attention_quant(model: nn.Module, kv_bits: int | None = None,
-                    probs_bits: int | None = None) -> Iterator[None]:
+def attention_quant(model: nn.Module, kv_bits: int | None = None, probs_bits: int | None = None,
+                    keys_per_channel: bool = False) -> Iterator[None]:
     """Within the block, the model's attention runs :func:`_quant_attention` (eager, with an eager
-    mask) with K/V rounded to ``kv_bits`` and/or the softmax output to ``probs_bits``."""
+    mask) with K/V rounded to ``kv_bits`` and/or the softmax output to ``probs_bits``. Values are
+    always rounded per token; keys per token too, or per channel (:func:`fake_quant_kv_per_channel`,
+    KIVI's layout) with ``keys_per_channel``."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
     AttentionInterface.register(_ATTN, _quant_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(_ATTN, eager_mask)
     before = model.config._attn_implementation
-    _ATTN_BITS.update(kv=kv_bits, probs=probs_bits)
+    _ATTN_BITS.update(kv=kv_bits, probs=probs_bits, keys_per_channel=int(keys_per_channel))
     model.config._attn_implementation = _ATTN
     try:
         yield
     finally:
         model.config._attn_implementation = before
-        _ATTN_BITS.update(kv=None, probs=None)
+        _ATTN_BITS.update(kv=None, probs=None, keys_per_channel=None)

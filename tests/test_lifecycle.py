@@ -2,8 +2,9 @@
 
 A parent Python process starts a server, prints its port, and is killed with SIGTERM, SIGINT or
 SIGKILL (a stuck Jupyter kernel is killed with SIGKILL); the port must close. First with a plain
-HTTP server through both guard modes (kernel death signal on Linux, the pipe watcher used
-elsewhere), then with llama-server and vLLM themselves where they are built (required under CI).
+HTTP server (also started from a worker thread, which must not take it down when the thread ends,
+and with the watcher itself killed), then with llama-server and vLLM themselves where they are built
+(required under CI).
 """
 
 from __future__ import annotations
@@ -68,13 +69,25 @@ server_pid = proc.pid
 """
 
 
-@pytest.mark.parametrize("mode", ["kernel", "watcher"])
+THREADED = """
+import threading, time
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(1) as pool:  # the starting thread ends when the pool shuts down
+    box = {}
+    pool.submit(lambda: box.update(g=_start())).result()
+server_port, server_pid = box["g"]
+time.sleep(2)  # the worker thread is gone: the server must still answer
+import socket
+with socket.socket() as s:
+    assert s.connect_ex(("127.0.0.1", server_port)) == 0, "the server died with its starting thread"
+"""
+
+
+@pytest.mark.parametrize("mode", ["main thread", "worker thread"])
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_plain_server_dies_with_its_parent(sig: signal.Signals, mode: str) -> None:
-    if mode == "kernel" and not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux's")
-    env = {"LABKIT_GUARD_WATCH": "1"} if mode == "watcher" else {}
-    parent, port, pid = _parent(HTTP, env)
+    code = HTTP if mode == "main thread" else START + THREADED
+    parent, port, pid = _parent(code)
     assert _port_open(port)
     assert any(s["pid"] == pid and not s["orphan"] for s in process.lab_servers())
     parent.send_signal(sig)
@@ -100,6 +113,34 @@ def test_lab_servers_names_an_orphan(tmp_path) -> None:
     finally:
         process.stop(srv)
     assert all(s["pid"] != srv.pid for s in process.lab_servers())
+
+
+START = """
+import sys
+from labkit.engines import process
+
+def _start():
+    port = process.free_port()
+    proc = process.spawn([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+                         process._registry() / "http-test.log", engine="http", port=port)
+    import socket, time
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    return port, proc.pid
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_killing_the_watcher_takes_the_server_down() -> None:
+    parent, port, pid = _parent(HTTP)
+    try:
+        os.kill(pid, signal.SIGKILL)  # the guard process itself
+        assert _wait(lambda: not _port_open(port), 15), "the server outlived its watcher"
+    finally:
+        parent.kill()
 
 
 LLAMA = """

@@ -2,17 +2,16 @@
 chapters 02, 04, 05, 06 and 08).
 
 Run as a script, before anything else of the lab is imported (``python -S guard.py PARENT SIGNAL --
-CMD...``), it becomes ``CMD``:
+CMD...``), it starts ``CMD`` as its child and stays as a small watcher. It blocks on its stdin, a
+pipe whose write end only the parent process holds: when the parent dies, however it dies (SIGTERM,
+SIGINT, SIGKILL, a crash), the kernel closes the pipe and the watcher sends ``SIGNAL`` to ``CMD``
+(SIGKILL 10 s later if it is still there). SIGTERM and SIGINT sent to the watcher are passed on.
 
-* Linux: asks the kernel for ``SIGNAL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``, kept
-  across ``exec``), checks the parent is still ``PARENT`` (it may have died before the ``prctl``),
-  then ``exec``s ``CMD``: no extra process. The signal comes however the parent ends: SIGTERM,
-  SIGINT, SIGKILL, a crash. The kernel sends it when the parent *thread* exits, so start servers
-  from a thread that lives as long as the server (a notebook cell's main thread does).
-* Elsewhere (macOS): stays as a small watcher. ``CMD`` runs as its child; the watcher blocks on its
-  stdin, a pipe whose other end only the parent holds. When the parent dies, however it dies, the
-  pipe closes and the watcher sends ``SIGNAL`` to ``CMD`` (then SIGKILL after 10 s). SIGTERM and
-  SIGINT sent to the watcher are passed on to ``CMD``.
+Why a pipe and not only the kernel's ``PR_SET_PDEATHSIG``: that signal follows the *thread* that
+started the child, so a server started from a worker thread (a thread pool in a notebook) died as
+soon as that thread finished. The pipe closes with the process. On Linux ``CMD`` also gets
+``PR_SET_PDEATHSIG`` with the watcher as its parent (single-threaded), so killing the watcher itself
+takes the server down too.
 
 ``labkit.engines.process.spawn`` is what starts it; nothing imports this file.
 """
@@ -24,19 +23,19 @@ import sys
 import threading
 
 
-def _linux(parent: int, sig: int, cmd: list) -> None:
+def _die_with_parent(sig: int) -> None:
+    """In the child, before ``exec``: ask Linux for ``sig`` when the watcher dies."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(1, sig, 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
-        sys.exit(f"guard: prctl(PR_SET_PDEATHSIG) failed (errno {ctypes.get_errno()})")
-    if os.getppid() != parent:  # the parent died before the prctl took effect
-        sys.exit(0)
-    os.execvp(cmd[0], cmd)
+    ctypes.CDLL(None).prctl(1, sig, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 
-def _watch(sig: int, cmd: list) -> int:
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+def _watch(parent: int, sig: int, cmd: list) -> int:
+    if os.getppid() != parent:  # the parent died before we got here
+        return 0
+    linux = sys.platform.startswith("linux")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                            preexec_fn=(lambda: _die_with_parent(sig)) if linux else None)
 
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signum)
@@ -65,9 +64,7 @@ def main(argv: list) -> int:
     if len(argv) < 4 or argv[2] != "--":
         sys.exit("usage: guard.py PARENT_PID SIGNAL -- CMD [ARGS...]")
     parent, sig, cmd = int(argv[0]), int(argv[1]), argv[3:]
-    if sys.platform.startswith("linux") and not os.environ.get("LABKIT_GUARD_WATCH"):
-        _linux(parent, sig, cmd)
-    return _watch(sig, cmd)
+    return _watch(parent, sig, cmd)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None, eng
         proc = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                 env=env, cwd=REPO, start_new_session=True)
     # The pipe's write end stays open in this process only: it closes when this process dies,
-    # which is what the watcher (non-Linux) waits for. On Linux the kernel signals instead.
+    # which is what the watcher waits for.
     with contextlib.suppress(OSError):
         (_registry() / f"{proc.pid}.json").write_text(json.dumps(
             {"pid": proc.pid, "parent": os.getpid(), "engine": engine, "port": port, "cmd": cmd,

@@ -7,9 +7,11 @@ prompt order as token arithmetic (``tests/test_prefix_cache.py``) and GPU sizing
 (``tests/test_parallelism.py``). How fast PyTorch's fused INT8/INT4 kernels are against the float
 matmul depends on the CPU and the compute dtype (bfloat16 with AMX: faster; float32: a slow path,
 1995 us against labkit's 1093 us for INT4 on the AMX machine), so those figures go to the ledger
-(``decode_half_bytes``, ``precision_step``), not into a rule. ``holds_on`` values are from runs on
-the 2-core AMX machine (December 2026); ``fails_on`` values are realistic failures, each described
-in its comment.
+(``decode_half_bytes``), not into a rule. llama.cpp's levels (Q8_0, Q4_K_M, Q4_0 made from the
+shipped Q4_1 file) are measured with kernels that multiply the blocks directly; their rules compare
+levels within one run and skip where llama.cpp is not built (``gguf_levels`` recorded as 0).
+``holds_on`` values are from runs on the 2-core AMX machine (December 2026); ``fails_on`` values are
+realistic failures, each described in its comment.
 """
 
 from __future__ import annotations
@@ -67,6 +69,66 @@ def kv_int8_next_token(v: Values) -> tuple[bool, str]:
 def weights_before_activations(v: Values) -> tuple[bool, str]:
     w, a = v["kl_weights_8bit"], v["kl_activations_8bit"]
     return w < a, f"KL {w:.4f} vs {a:.4f} nats/token"
+
+
+# ---- llama.cpp's quantization levels (fused kernels) ----------------------------------------------
+
+def _no_llamacpp(v: Values) -> str | None:
+    return "llama.cpp is not built here (make llamacpp)" if v.get("gguf_levels") == 0 else None
+
+
+# fails_on: more llama.cpp threads than free cores (-t 8 on 2 busy cores): every level waits on the
+# thread barrier, so the 8-bit file decodes no faster than the 16-bit one
+@rule(CH, "llama.cpp: Q8_0 decodes faster than F16 (the whole band above 1.1x)",
+      needs=("gguf_q8_0_over_f16_decode", "gguf_q8_0_over_f16_decode.lo"),
+      fails_on={"gguf_q8_0_over_f16_decode": 1.05, "gguf_q8_0_over_f16_decode.lo": 0.9},
+      holds_on={"gguf_q8_0_over_f16_decode": 1.75, "gguf_q8_0_over_f16_decode.lo": 1.5}, when=_no_llamacpp)
+def gguf_q8_faster(v: Values) -> tuple[bool, str]:
+    r, lo = v["gguf_q8_0_over_f16_decode"], v["gguf_q8_0_over_f16_decode.lo"]
+    return lo > 1.1, f"{r:.2f}x F16's generation tok/s (band from {lo:.2f})"
+
+
+# fails_on: a CPU whose last-level cache holds the 92 MB Q4_0 file but not the 271 MB F16 one (a large
+# V-cache part): decode then speeds up by more than the bytes shrink
+@rule(CH, "llama.cpp: F16 -> Q4_0 decodes faster, but by less than the file shrinks",
+      needs=("gguf_q4_0_over_f16_decode", "gguf_f16_over_q4_0_size"),
+      fails_on={"gguf_q4_0_over_f16_decode": 3.3, "gguf_f16_over_q4_0_size": 2.95},
+      holds_on={"gguf_q4_0_over_f16_decode": 2.0, "gguf_f16_over_q4_0_size": 2.95}, when=_no_llamacpp)
+def gguf_speed_below_bytes(v: Values) -> tuple[bool, str]:
+    r, size = v["gguf_q4_0_over_f16_decode"], v["gguf_f16_over_q4_0_size"]
+    return 1.2 <= r < size, f"decode {r:.2f}x faster, file {size:.2f}x smaller"
+
+
+# fails_on: an 8-bit level made from the Q4_0 file instead of the Q4_1 base (two roundings: +18%)
+@rule(CH, "llama.cpp: Q8_0 keeps the Q4_1 base's perplexity within 1%",
+      needs=("gguf_q8_0_ppl_over_base",),
+      fails_on={"gguf_q8_0_ppl_over_base": 1.18}, holds_on={"gguf_q8_0_ppl_over_base": 1.0004},
+      when=_no_llamacpp)
+def gguf_q8_quality(v: Values) -> tuple[bool, str]:
+    r = v["gguf_q8_0_ppl_over_base"]
+    return abs(r - 1) <= 0.01, f"Q8_0 perplexity {r - 1:+.2%} against Q4_1"
+
+
+# fails_on: Q4_K_M made with --pure (every tensor in Q4_K, falling back to Q4_0-like types where rows are
+# 576 wide), which loses as much as Q4_0 (illustrative figures)
+@rule(CH, "llama.cpp: Q4_K_M loses less perplexity than Q4_0 against the base",
+      needs=("gguf_q4_k_m_ppl_over_base", "gguf_q4_0_ppl_over_base"),
+      fails_on={"gguf_q4_k_m_ppl_over_base": 1.19, "gguf_q4_0_ppl_over_base": 1.18},
+      holds_on={"gguf_q4_k_m_ppl_over_base": 1.06, "gguf_q4_0_ppl_over_base": 1.18}, when=_no_llamacpp)
+def gguf_k_quant_quality(v: Values) -> tuple[bool, str]:
+    k, q = v["gguf_q4_k_m_ppl_over_base"], v["gguf_q4_0_ppl_over_base"]
+    return k < q, f"Q4_K_M {k - 1:+.1%}, Q4_0 {q - 1:+.1%}"
+
+
+# fails_on: a level served without its chat template, whose continuation never names the city
+@rule(CH, "llama.cpp: every level's temperature-0 answer names Canberra",
+      needs=("gguf_answers_naming", "gguf_levels"),
+      fails_on={"gguf_answers_naming": 4, "gguf_levels": 5},
+      holds_on={"gguf_answers_naming": 5, "gguf_levels": 5},
+      when=_no_llamacpp)
+def gguf_answers(v: Values) -> tuple[bool, str]:
+    n, of = v["gguf_answers_naming"], v["gguf_levels"]
+    return n == of, f"{n} of {of} levels"
 
 
 # ---- speculative decoding -----------------------------------------------------------------------

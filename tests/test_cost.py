@@ -253,7 +253,7 @@ def test_prompt_tokens_shrink_a_replicas_capacity():
 
 
 def test_crossover_sensitivity_grid():
-    from labkit.production.cost import crossover_sensitivity
+    from labkit.production.cost_compare import crossover_sensitivity
 
     rows = crossover_sensitivity([100, 4000], [0.4, 0.8], 200, TIER, GPU, CURVE, prefill_s_per_token=0.0005)
     assert [(r["input_tokens"], r["utilization"]) for r in rows] == [(100, 0.4), (100, 0.8), (4000, 0.4),

@@ -182,11 +182,9 @@ def monthly_costs(requests_per_day: float, input_tokens: float, output_tokens: f
 
     Replicas: :func:`replicas_needed` for the peak output rate (mean x ``peak_to_mean``) at
     ``utilization_target`` of the per-replica capacity from :func:`capacity`, at least
-    ``min_replicas``. Prompt tokens cost both ways: the API bills them at ``input_per_mtok``, and on
-    a replica each request's prompt takes ``input_tokens x prefill_s_per_token`` seconds (the slope
-    of measured TTFT against prompt length) during which it decodes nothing, so its output capacity
-    shrinks to ``out / (out / capacity + input_tokens x prefill_s_per_token)`` (0: prompts free, as
-    if prefill overlapped decode completely; ``prefill_share`` is prefill's share of a replica's
+    ``min_replicas``. Prompt tokens cost both ways: the API bills them, and a replica spends
+    ``input_tokens x prefill_s_per_token`` s (measured TTFT slope) per prompt decoding nothing, so its
+    capacity becomes ``out / (out / capacity + that)`` (``prefill_share``: prefill's share of its
     time). Returns $ both ways (``api_usd``, ``dedicated_usd``), ``replicas``, ``gpus``,
     the replica's ``concurrency`` and ``per_replica_tok_s``, ``utilization`` (mean load / provisioned
     capacity), $ per 1M output tokens each way (inf with no traffic) and which is ``cheaper``."""
@@ -252,18 +250,6 @@ def crossover(input_tokens: float, output_tokens: float, tier: dict[str, Any], g
         m = 0.5 * (a + b)
         a, b = (a, m) if gap(m) >= 0 else (m, b)
     return b
-
-
-def crossover_sensitivity(input_tokens: list[float], utilizations: list[float], output_tokens: float,
-                          tier: dict[str, Any], gpu: dict[str, Any], throughput_curve: dict[int, float],
-                          **kwargs: Any) -> list[dict[str, Any]]:
-    """:func:`crossover` (requests/day) for every prompt length in ``input_tokens`` and every
-    ``utilization_target`` in ``utilizations`` (``kwargs`` to :func:`monthly_costs`, e.g.
-    ``prefill_s_per_token``): one row each, ``inf`` where dedicated never wins."""
-    return [{"input_tokens": i, "utilization": u,
-             "crossover_rpd": crossover(i, output_tokens, tier, gpu, throughput_curve, points=400,
-                                        utilization_target=u, **kwargs)}
-            for i in input_tokens for u in utilizations]
 
 
 def plot_crossover(input_tokens: float, output_tokens: float, tier: dict[str, Any], gpu: dict[str, Any],

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from . import cost
 from .cost import DAYS_PER_MONTH, HOURS_PER_MONTH, api_cost, monthly_costs
 
 
@@ -46,3 +47,16 @@ def crossover_sentence(replica: str, crossings: Mapping[str, float],
     if never:
         parts.append("never costs less than " + " or ".join(never) + " at any traffic")
     return f"{replica} " + ", and ".join(parts) + "."
+
+
+def crossover_sensitivity(input_tokens: list[float], utilizations: list[float], output_tokens: float,
+                          tier: dict[str, Any], gpu: dict[str, Any], throughput_curve: dict[int, float],
+                          **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`~labkit.production.cost.crossover` (requests/day) for every prompt length in
+    ``input_tokens`` and every ``utilization_target`` in ``utilizations`` (``kwargs`` to
+    :func:`~labkit.production.cost.monthly_costs`, e.g. ``prefill_s_per_token``): one row each,
+    ``inf`` where dedicated never wins."""
+    return [{"input_tokens": i, "utilization": u,
+             "crossover_rpd": cost.crossover(i, output_tokens, tier, gpu, throughput_curve, points=400,
+                                        utilization_target=u, **kwargs)}
+            for i in input_tokens for u in utilizations]

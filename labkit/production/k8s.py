@@ -1,0 +1,125 @@
+"""Kubernetes building blocks of chapter 08's deploy manifests (:mod:`labkit.production.deploy`
+re-exports them): object names and labels, quantities, the two autoscaling signals vLLM exports and
+the HPA behaviour chapter 08's fleet simulation also reads (:class:`labkit.production.scaler.ScalerConfig`),
+prometheus-adapter's rules and KEDA's ``ScaledObject``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+QUEUE_METRIC = "vllm:num_requests_waiting"  # vLLM's gauge: requests queued, not yet scheduled
+ADAPTER_METRIC = "vllm_num_requests_waiting"  # the name prometheus-adapter's rule gives it (no ':')
+RUNNING_METRIC = "vllm:num_requests_running"  # vLLM's gauge: requests in the running batch
+ADAPTER_RUNNING = "vllm_num_requests_running"
+# The HPA's behaviour, shared with chapter 08's simulator (labkit.production.fleet): scale up at once
+# by up to 2 pods or 100% per minute (a replica takes minutes to start), scale down one pod per
+# 2 minutes and only after 5 minutes of lower recommendations. Kubernetes adds a 10% tolerance
+# (--horizontal-pod-autoscaler-tolerance) and re-evaluates every 15 s (--horizontal-pod-autoscaler-
+# sync-period); the metric reaches it through a scrape (PodMonitor interval) and the adapter.
+HPA_BEHAVIOR: dict[str, Any] = {
+    "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60},
+                             {"type": "Percent", "value": 100, "periodSeconds": 60}]},
+    "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Max",
+                  "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+}
+HPA_TOLERANCE = 0.10  # kube-controller-manager's default
+HPA_SYNC_S = 15  # kube-controller-manager's default sync period
+SCRAPE_S = 15  # the PodMonitor's scrape interval
+# prometheus-adapter answers from Prometheus on each HPA query; the sample it reads is up to one
+# scrape old, and Prometheus' rate windows add nothing here (the two metrics are gauges).
+GRACE_S = 60  # terminationGracePeriodSeconds: a draining pod's in-flight requests get this long
+# Who may reach the server (NetworkPolicy): the gateway's pods (any namespace, by label) and
+# Prometheus (kube-prometheus-stack's pods in the monitoring namespace).
+GATEWAY_LABELS = {"app.kubernetes.io/component": "gateway"}
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
+# kube-prometheus-stack only picks up PodMonitors labelled with its Helm release by default.
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
+PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"  # kube-prometheus-stack's service
+
+
+def slug(model_id: str) -> str:
+    """A Kubernetes object name for a model: ``Qwen/Qwen3-4B`` -> ``qwen3-4b`` (DNS-1123 label)."""
+    s = re.sub(r"[^a-z0-9]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-")[:63].rstrip("-")
+    if not s:
+        raise ValueError(f"model_id {model_id!r} gives no usable Kubernetes name: use letters or digits")
+    return s
+
+
+def labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+
+
+def check_replicas(replicas: tuple[int, int]) -> tuple[int, int]:
+    lo, hi = replicas
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise ValueError(f"replicas must be (min, max) whole numbers with 1 <= min <= max, got {replicas!r}")
+    return lo, hi
+
+
+def quantity(value: float) -> str:
+    """A Kubernetes quantity for a positive number: ``4`` -> ``"4"``, ``2.5`` -> ``"2500m"``."""
+    if not value > 0:
+        raise ValueError(f"queue_target must be > 0 (waiting requests per replica), got {value!r}")
+    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
+
+
+def default_running_target(concurrency: int) -> float:
+    """Running requests per replica the HPA aims at: three quarters of ``--max-num-seqs``, so a
+    replica is added before the batch is full and requests start to queue."""
+    return max(1.0, round(0.75 * concurrency))
+
+
+def pods_metric(name: str, target: float) -> dict[str, Any]:
+    return {"type": "Pods", "pods": {"metric": {"name": name},
+                                     "target": {"type": "AverageValue", "averageValue": quantity(target)}}}
+
+
+def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (1, 4), queue_target: float = 4.0,
+                       prometheus_url: str = PROMETHEUS_URL, running_target: float = 12.0) -> dict[str, Any]:
+    """KEDA's ``ScaledObject`` for the same Deployment, on the same two signals as the HPA: replicas =
+    the larger of ceil(running requests summed over the model's pods / ``running_target``) and
+    ceil(waiting / ``queue_target``), from Prometheus queries. KEDA builds the HPA itself and passes
+    it :data:`HPA_BEHAVIOR`. ``cooldownPeriod`` is left out: KEDA applies it only when scaling to
+    zero, which ``minReplicaCount`` >= 1 never does; scale-down pacing is the behaviour's."""
+    lo, hi = check_replicas(replicas)
+    quantity(queue_target), quantity(running_target)
+    name = slug(model_id)
+
+    def trigger(metric: str, target: float) -> dict[str, Any]:
+        return {"type": "prometheus", "metricType": "AverageValue", "metadata": {
+            "serverAddress": prometheus_url, "query": f'sum({metric}{{model_name="{model_id}"}})',
+            "threshold": f"{target:g}"}}
+
+    return {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": name, "labels": labels(name)},
+        "spec": {
+            "scaleTargetRef": {"name": name}, "minReplicaCount": lo, "maxReplicaCount": hi,
+            "pollingInterval": HPA_SYNC_S,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": HPA_BEHAVIOR}},
+            "triggers": [trigger(RUNNING_METRIC, running_target), trigger(QUEUE_METRIC, queue_target)],
+        },
+    }
+
+
+def adapter_values(prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
+    """Helm values for prometheus-community/prometheus-adapter: rules exposing vLLM's
+    :data:`RUNNING_METRIC` and :data:`QUEUE_METRIC` per pod (as the PodMonitor's scrape labels them:
+    ``namespace`` and ``pod``) as the custom metrics :data:`ADAPTER_RUNNING` and :data:`ADAPTER_METRIC`."""
+    u = urlsplit(prometheus_url)
+    if not (u.scheme and u.hostname):
+        raise ValueError(f"prometheus_url must look like http://HOST:PORT, got {prometheus_url!r}")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    rules = [{
+        "seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": f"^{metric}$", "as": served},
+        "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
+    } for metric, served in ((RUNNING_METRIC, ADAPTER_RUNNING), (QUEUE_METRIC, ADAPTER_METRIC))]
+    return {"prometheus": {"url": f"{u.scheme}://{u.hostname}", "port": port},
+            "rules": {"default": False, "custom": rules}}

@@ -3,6 +3,8 @@ import platform
 import pytest
 
 from labkit.engines import compare as engines
+from labkit.engines import engine_runs as er
+from labkit.engines import format_vs_engine as fve
 from labkit.engines import vllm
 from labkit.table import format_rows
 
@@ -56,3 +58,124 @@ def test_measure_transformers_sequential_with_the_bundled_model():
     s = engines.measure_transformers(model, tok, n_requests=2, max_tokens=4)
     assert s["completed"] == 2 and s["total_output_tokens"] == 8
     assert s["concurrency"] == 1 and s["mean_tps"] > 0
+
+
+# --- three engines on the same requests (chapter 05) ---------------------------------------------
+
+
+def _run(tpot_ms: float, throughput: float, ttft_ms: float = 100.0) -> dict:
+    return {"median_tpot_ms": tpot_ms, "median_tps": 1000 / tpot_ms, "output_throughput": throughput,
+            "median_ttft_ms": ttft_ms, "completed": 4}
+
+
+def test_step_anatomy_known_answer():
+    a = fve.step_anatomy(20.0, 132.0, 8)  # 16 ms per stream, 4 ms shared
+    assert a["per_stream_ms"] == pytest.approx(16.0) and a["fixed_ms"] == pytest.approx(4.0)
+    assert a["fixed_share"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="n >= 2"):
+        fve.step_anatomy(20.0, 30.0, 1)
+
+
+def test_attribution_splits_the_format_from_the_engine():
+    slow = er.EngineRun("vLLM", "vllm", "bfloat16 safetensors", runs={1: _run(60, 16), 8: _run(81, 90)},
+                             weight_bytes=270e6)
+    fast = er.EngineRun("llama.cpp", "llamacpp", "Q4_1 GGUF", runs={1: _run(20, 45), 8: _run(132, 55)},
+                             weight_bytes=90e6)
+    a = fve.attribution(slow, fast, bandwidth_bytes_per_s=10e9)
+    assert a["bytes_ratio"] == pytest.approx(3.0) and a["tpot_ratio"] == pytest.approx(3.0)
+    assert a["engine_factor"] == pytest.approx(1.0)
+    assert a["slow_floor_ms"] == pytest.approx(27.0) and a["fast_floor_ms"] == pytest.approx(9.0)
+    assert a["slow_bandwidth_share"] == pytest.approx(27 / 60)
+    assert a["slow_c8_over_c1"] == pytest.approx(90 / 16) and a["fast_fixed_share"] == pytest.approx(0.2)
+    text = "\n".join(fve.attribution_lines(slow, fast, a))
+    assert "3.00x from the format x 1.00x from the engine" in text
+    assert "llama.cpp 4.0 ms per step (under its weight reads" in text  # 4 ms < the 9 ms floor
+    assert "vLLM 57.0 ms per step +" in text and "(under" not in text.split("vLLM 57.0")[1].split(";")[0]
+    with pytest.raises(ValueError, match="weight bytes"):
+        fve.attribution(er.EngineRun("x", "external", runs={1: _run(60, 16)}), fast, 10e9)
+
+
+def test_tables_leave_out_skipped_engines():
+    ran = er.EngineRun("llama.cpp", "llamacpp", "Q4_1 GGUF", "1 (-t, -tb)",
+                            {1: _run(20, 45), 4: _run(60, 60)}, weight_bytes=96.6e6, memory_bytes=523e6,
+                            memory_what="server process RSS")
+    skipped = er.EngineRun("vLLM (CPU build)", "skipped", skipped="no vLLM here")
+    rows = er.engine_rows([ran, skipped])
+    assert [r["in_flight"] for r in rows] == [1, 4] and rows[1]["aggregate_tps"] == 60
+    mem = er.memory_rows([ran, skipped])
+    assert len(mem) == 1 and mem[0]["resident_mb"] == pytest.approx(523)
+    assert mem[0]["weights_mb"] == pytest.approx(96.6)
+
+
+def test_process_tree_memory_counts_the_children():
+    import os
+    import subprocess
+    import sys
+
+    alone = er.process_tree_memory(os.getpid())
+    assert alone["rss"] > 10e6 and alone["processes"] >= 1
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with_child = er.process_tree_memory(os.getpid())
+        assert with_child["processes"] == alone["processes"] + 1 and with_child["rss"] > alone["rss"]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_server_pid_reads_the_lab_registry(monkeypatch):
+    from labkit.engines import process
+
+    monkeypatch.setattr(process, "lab_servers", lambda: [{"pid": 4242, "port": 8123, "engine": "llamacpp"}])
+    assert er.server_pid("http://127.0.0.1:8123") == 4242
+    assert er.server_pid("http://127.0.0.1:9000") is None
+
+
+def test_safetensors_tensor_bytes_adds_up_the_header(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {"a": torch.zeros(3, 5, dtype=torch.bfloat16), "b": torch.zeros(7)}
+    save_file(tensors, str(tmp_path / "m.safetensors"))
+    assert er.safetensors_tensor_bytes(tmp_path / "m.safetensors") == 3 * 5 * 2 + 7 * 4
+
+
+def test_measure_engine_skips_with_the_reason(monkeypatch):
+    from labkit.engines import llamacpp
+
+    monkeypatch.delenv("LABKIT_BASE_URL", raising=False)
+    monkeypatch.setattr(llamacpp, "llamacpp_available", lambda: False)
+    monkeypatch.setattr(llamacpp, "llamacpp_required", lambda: False)
+    monkeypatch.setattr(vllm, "vllm_available", lambda: False)
+    monkeypatch.setattr(vllm, "vllm_required", lambda: False)
+    for name in ("llamacpp", "vllm"):
+        e = er.measure_engine(name, ["hi"])
+        assert e.kind == "skipped" and e.skipped and not e.runs
+    with pytest.raises(ValueError, match="vllm or llamacpp"):
+        er.measure_engine("ollama", ["hi"])
+
+
+def test_measure_engine_against_your_server(srv, monkeypatch):
+    srv.opts.update(step_s=0.01, batch_cost_s=0.001, max_tokens=6)
+    monkeypatch.setenv("LABKIT_BASE_URL", srv.url)
+    monkeypatch.setenv("LABKIT_MODEL", "fake")
+    e = er.measure_engine("vllm", engines.short_prompts(4), max_tokens=6, in_flight=(1, 4),
+                               n_requests={1: 2, 4: 4})
+    assert e.kind == "external" and e.memory_bytes is None and e.weight_bytes is None
+    assert e.runs[1]["completed"] == 2 and e.runs[4]["completed"] == 4
+    t = er.tpot_range_ms(e.runs[4])
+    assert t["n"] == 4 and t["lo"] <= t["median"] <= t["hi"]
+
+
+def test_measure_engine_serves_the_gguf_with_llamacpp():
+    from labkit.engines import llamacpp
+
+    if not llamacpp.llamacpp_available():
+        if llamacpp.llamacpp_required():
+            pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
+        pytest.skip(llamacpp.unavailable_reason())
+    e = er.measure_engine("llamacpp", engines.short_prompts(2), max_tokens=6, in_flight=(1, 2),
+                               n_requests={1: 1, 2: 2}, threads=1)
+    assert e.kind == "llamacpp" and e.weights == "Q4_1 GGUF" and e.threads.startswith("1 ")
+    assert e.runs[2]["completed"] == 2 and e.memory_bytes is not None and e.weight_bytes is not None
+    assert 90e6 < e.weight_bytes < 100e6 < e.memory_bytes  # the GGUF's tensors, then weights + KV + runtime

@@ -5,6 +5,8 @@ Timed comparisons use the low (or high) end of their spread over interleaved rou
 round cannot decide them. What holds by construction is a unit test: the crafted pickle is refused
 and never runs (``tests/test_weight_formats.py``), the GGUF tensor dequantizes to the safetensors copy
 made from it (``tests/test_models.py``), what a ``vllm serve`` command needs (``tests/test_vram.py``).
+The engine rules compare vLLM's CPU build and llama-server run here with the same thread count; they
+skip where either engine did not run.
 """
 
 from __future__ import annotations
@@ -66,3 +68,49 @@ def engine_beats_generate(v: Values) -> tuple[bool, str]:
 def engine_batches(v: Values) -> tuple[bool, str]:
     x = v["vllm_c8_over_c1"]
     return x > 1.5, f"{x:.1f}x the output tokens/s at 8 in flight vs 1"
+
+
+def _both_engines(v: Values) -> str | None:
+    if v.get("llamacpp_target") != "llamacpp":
+        return f"llama.cpp not measured here ({v.get('llamacpp_target') or 'none'})"
+    if v.get("engine_target") != "vllm":
+        return f"vLLM's CPU build not measured on this machine ({v.get('engine_target') or 'none'})"
+    return None
+
+
+@rule("stack", "llama.cpp's Q4_1 decodes one stream faster than vLLM's CPU build (fewer bytes per token)",
+      needs=("llamacpp_c1_tpot_hi_ms", "vllm_c1_tpot_lo_ms"), when=_both_engines,
+      # llama.cpp built with every SIMD flag off (a fully portable build): Q4_1 dot products run as
+      # scalar code and one token costs several times the weight reads; illustrative
+      fails_on={"llamacpp_c1_tpot_hi_ms": 140.0, "vllm_c1_tpot_lo_ms": 51.0,
+                "llamacpp_target": "llamacpp", "engine_target": "vllm"},
+      holds_on={"llamacpp_c1_tpot_hi_ms": 26.5, "vllm_c1_tpot_lo_ms": 65.6,
+                "llamacpp_target": "llamacpp", "engine_target": "vllm"})  # Intel AMX, 1 thread, 2026-12-01
+def llamacpp_faster_batch1(v: Values) -> tuple[bool, str]:
+    lc, vl = v["llamacpp_c1_tpot_hi_ms"], v["vllm_c1_tpot_lo_ms"]
+    return lc < vl, f"slowest llama.cpp request {lc:.1f} ms per token, fastest vLLM request {vl:.1f} ms"
+
+
+@rule("stack", "vLLM gains more than llama.cpp from 8 requests in flight (its steps are mostly shared cost)",
+      needs=("vllm_c8_over_c1", "llamacpp_c8_over_c1"), when=_both_engines,
+      # vLLM started with --max-num-seqs 1, which queues the other seven, beside llama-server's 8 slots
+      fails_on={"vllm_c8_over_c1": 1.0, "llamacpp_c8_over_c1": 1.8, "llamacpp_target": "llamacpp",
+                "engine_target": "vllm"},
+      holds_on={"vllm_c8_over_c1": 5.3, "llamacpp_c8_over_c1": 1.16, "llamacpp_target": "llamacpp",
+                "engine_target": "vllm"})  # Intel AMX, 1 thread each, 2026-12-01
+def vllm_batches_more(v: Values) -> tuple[bool, str]:
+    vl, lc = v["vllm_c8_over_c1"], v["llamacpp_c8_over_c1"]
+    return vl > lc, f"output tokens/s at 8 vs 1 in flight: vLLM {vl:.2f}x, llama.cpp {lc:.2f}x"
+
+
+@rule("stack", "llama-server holds less resident memory than vLLM's server for the same model",
+      needs=("llamacpp_rss_mb", "vllm_rss_mb"), when=_both_engines,
+      # llama-server given 8 slots of 32,768 tokens (-c 262144): its f16 KV cache alone is 6 GB and it
+      # is cleared, so resident, at start; illustrative
+      fails_on={"llamacpp_rss_mb": 6500.0, "vllm_rss_mb": 2600.0, "llamacpp_target": "llamacpp",
+                "engine_target": "vllm"},
+      holds_on={"llamacpp_rss_mb": 523.0, "vllm_rss_mb": 3040.0, "llamacpp_target": "llamacpp",
+                "engine_target": "vllm"})  # Intel AMX, 2026-12-01
+def llamacpp_less_memory(v: Values) -> tuple[bool, str]:
+    lc, vl = v["llamacpp_rss_mb"], v["vllm_rss_mb"]
+    return lc < vl, f"llama-server {lc:.0f} MB resident, vLLM {vl:.0f} MB"

@@ -5,7 +5,10 @@ uses) with where each runs; :func:`available_here` says which of them this machi
 :func:`compare` puts measured load-generator summaries of several engines in one table:
 single-stream decode speed (tokens/s a user sees) and aggregate throughput (tokens/s the
 machine produces for everyone). Measuring is :mod:`labkit.serving.loadgen`'s job; serving is
-:mod:`labkit.engines.vllm`'s.
+:mod:`labkit.engines.vllm`'s and :mod:`labkit.engines.llamacpp`'s.
+
+Three engines on the same requests, with memory: :mod:`labkit.engines.engine_runs`; which part of
+their differences is the weight format's and which the engine's: :mod:`labkit.engines.format_vs_engine`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,6 +88,19 @@ vllm:time_to_first_token_seconds_bucket{le="0.5",model_name="smollm2"} 3.0
 vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="smollm2"} 3.0
 vllm:time_to_first_token_seconds_count{model_name="smollm2"} 3.0
 """
+
+
+# llama-server's /metrics as this lab's build (llama-cpp-python 0.3.36's llama.cpp, `--metrics`) served it,
+# captured verbatim with 2 slots: during a load (one request of 24 tokens finished, two decoding, three
+# queued) and once all six had finished.
+DATA = Path(__file__).parent / "data"
+LLAMACPP_DURING = (DATA / "llamacpp_metrics_during.txt").read_text()
+LLAMACPP_AFTER = (DATA / "llamacpp_metrics_after.txt").read_text()
+
+
+def llamacpp_text(extra: str = "") -> str:
+    """The captured text during the load, plus ``extra`` lines."""
+    return LLAMACPP_DURING + extra
 
 
 def ttft_lines(buckets: dict[float, float], engines=("0",), total_s: float = 4.2) -> str:
@@ -178,6 +192,48 @@ def test_server_sample_older_vllm(serve):
     assert s["running"] == 1 and s["waiting"] == 0 and s["finished_total"] == 3
     assert s["ttft_buckets"] == {0.1: 1.0, 0.5: 3.0, INF: 3.0}
     assert math.isnan(s["prompt_tokens_total"])  # absent, not zero
+
+
+def test_server_sample_llamacpp_real_text(serve):
+    url, _ = serve(LLAMACPP_DURING)
+    s = monitor.server_sample(url)
+    assert "error" not in s and s["engine"] == "llamacpp"
+    assert s["running"] == 2 and s["waiting"] == 3  # requests_processing, requests_deferred
+    assert s["prompt_tokens_total"] == 23 + 2  # computed + reused from the cache, as vLLM counts them
+    assert s["generation_tokens_total"] == 24 and s["prompt_tokens_cached_total"] == 2
+    assert s["busy_slots_per_decode"] == pytest.approx(1.28571) and s["decode_calls_total"] == 35
+    assert s["generation_seconds_total"] == pytest.approx(0.495531)
+    # what llama-server does not export: no TTFT histogram, no finished count, no KV gauge in this build
+    assert s["ttft_buckets"] == {} and math.isnan(s["ttft_count"]) and math.isnan(s["kv_usage_pct"])
+    assert s["kv_metric"] is None and "finished_total" not in s
+    assert set(monitor.LLAMACPP_LACKS) >= {"ttft_buckets", "finished_total", "kv_usage_pct"}
+
+
+def test_llamacpp_names_are_the_builds():
+    present = set(prometheus.samples(LLAMACPP_DURING, "llamacpp:"))
+    names = set(monitor.LLAMACPP.values()) | set(monitor.LLAMACPP_EXTRA.values())
+    assert names - present == {"llamacpp:kv_cache_usage_ratio"}  # older builds only
+    assert monitor.parse_metrics(NEW.replace("{ttft}", ttft_lines(A)))["engine"] == "vllm"
+
+
+def test_older_llamacpp_kv_gauge(serve):
+    url, _ = serve(llamacpp_text(extra="llamacpp:kv_cache_usage_ratio 0.25\n"))
+    s = monitor.server_sample(url)
+    assert s["kv_usage_pct"] == pytest.approx(25.0) and s["kv_metric"] == "llamacpp:kv_cache_usage_ratio"
+
+
+def test_live_and_dashboard_on_llamacpp(serve):
+    url, _ = serve(LLAMACPP_DURING, LLAMACPP_AFTER)
+    out = io.StringIO()
+    assert monitor.live(url, interval_s=0.02, count=1, out=out) == 1
+    head, row = out.getvalue().splitlines()
+    assert head.split()[-5:] == ["running", "waiting", "kv%", "done", "ttft50ms"]
+    assert row.split()[-5:] == ["0.0", "0.0", "-", "-", "-"]  # no KV gauge, finished count or TTFT
+    with monitor.Sampler(0.01, base_url=url) as sm:
+        time.sleep(0.05)
+    d = monitor.dashboard(sm.samples, REQS)
+    assert d["waiting"]["max"] == 0 and math.isnan(d["kv_usage_pct"]["mean"])
+    assert monitor.watch_list(d)["queue depth"]
 
 
 def test_server_sample_errors_are_samples(serve):
@@ -471,3 +527,35 @@ def test_labkit_monitor_command_is_wired(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("#") and "cpu%" in out[0] and len(out) == 2
     assert main(["monitor", "--url", "http://127.0.0.1:9", "--count", "1"]) == 2
+
+
+def test_server_vs_client_counts():
+    ok_tokens = sum(r.output_tokens for r in REQS if r.status == "ok")
+    samples = [s | {"generation_tokens_total": 100.0 + ok_tokens * (i == 6)} for i, s in enumerate(SAMPLES)]
+    samples.insert(3, {"t_perf": 101.4, "error": "ReadTimeout"})  # a failed scrape is skipped
+    c = monitor.server_vs_client(samples, REQS)
+    assert c == {"server_tokens": ok_tokens, "client_tokens": ok_tokens, "ratio": 1.0, "max_running": 2.0,
+                 "max_waiting": 6.0}
+    short = monitor.server_vs_client(samples[:-1], REQS)  # the last scrape came before the counter grew
+    assert short["ratio"] == 0.0
+    none = monitor.server_vs_client([{"t_perf": 0.0, "cpu_pct": 1.0}], [])
+    assert math.isnan(none["server_tokens"]) and math.isnan(none["ratio"]) and math.isnan(none["max_waiting"])
+
+
+def test_watched_run_on_a_real_llama_server():
+    """The mapping against the build's live /metrics: 2 slots, 6 requests 3 at a time."""
+    from labkit.engines import llamacpp
+    from labkit.serving.loadgen import LoadSpec
+
+    if not llamacpp.llamacpp_available():
+        if llamacpp.llamacpp_required():
+            pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
+        pytest.skip(llamacpp.unavailable_reason())
+    with llamacpp.llamacpp_server(threads=1, parallel=2) as url:
+        spec = LoadSpec(n_requests=6, concurrency=3, max_tokens=8, warmup=0, prompts=["Count to three."])
+        samples, run = monitor.watched_run(url, llamacpp.SERVED_NAME, spec, interval_s=0.05)
+    assert run["completed"] == 6 and all(s.get("engine") == "llamacpp" for s in samples if "error" not in s)
+    c = monitor.server_vs_client(samples, run["requests"])
+    assert c["client_tokens"] == 48 and c["ratio"] == 1.0 and c["max_running"] >= 1
+    d = monitor.dashboard(samples, run["requests"])
+    assert monitor.watch_list(d)["queue depth"] and math.isnan(d["kv_usage_pct"]["mean"])

@@ -24,6 +24,10 @@ def tool(name=None, args=None):
 
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+LLAMACPP_TIMINGS = {"prompt_n": 5, "prompt_ms": 10.0, "predicted_n": 3, "predicted_ms": 30.0,
+                    "predicted_per_second": 66.7}
+LLAMACPP_SERVER = {"eval_count": 3, "prompt_eval_count": 5, "eval_s": 0.03, "prompt_eval_s": 0.01,
+                   "load_s": None, "total_s": 0.04, "eval_tokens_per_s": 66.7}
 
 # (case, SSE event type, data, expected OpenAIEvent)
 CASES = [
@@ -58,6 +62,9 @@ CASES = [
      OpenAIEvent("a", 3, choices=True, prompt_tokens=5)),
     ("usage-only last chunk", "message", json.dumps({"choices": [], "usage": USAGE}),
      OpenAIEvent(tokens=3, prompt_tokens=5)),
+    ("llama.cpp usage chunk with its timings", "message",
+     json.dumps({"choices": [], "usage": USAGE, "timings": LLAMACPP_TIMINGS}),
+     OpenAIEvent(tokens=3, prompt_tokens=5, server=LLAMACPP_SERVER)),
     ("usage null", "message", json.dumps({"choices": [{"delta": {"content": "a"}}], "usage": None}),
      OpenAIEvent("a", choices=True)),
     ("completions text chunk", "message",

@@ -217,6 +217,18 @@ def test_eos_token_is_timed_where_it_arrived(scripted):
     assert m["e2e_s"] - r.chunks[1][0] >= 0.09 and len(m["itl_s"]) == 2
 
 
+def test_llamacpp_timings_reach_the_record(scripted):
+    """llama-server sends its own timing with the usage chunk (chapter 02 compares both clocks)."""
+    timings = {"cache_n": 0, "prompt_n": 4, "prompt_ms": 20.0, "predicted_n": 3, "predicted_ms": 40.0,
+               "predicted_per_second": 50.0}
+    last = ev({"choices": [], "usage": usage(3), "timings": timings})
+    r = measure(scripted, [*(chunk(w) for w in "abc"), chunk(finish="length"), last, DONE])
+    assert r.status == "ok" and r.output_tokens == 3
+    assert r.server == {"eval_count": 3, "prompt_eval_count": 4, "eval_s": 0.04, "prompt_eval_s": 0.02,
+                        "load_s": None, "total_s": pytest.approx(0.06), "eval_tokens_per_s": 50.0}
+    assert measure(scripted, SHAPES["usage only on the last chunk"][0]).server is None
+
+
 @pytest.mark.parametrize(("status", "ctype", "body", "expected"), [
     (400, "application/json", b'{"object": "error", "message": "max_tokens is too large", "code": 400}',
      "max_tokens is too large"),

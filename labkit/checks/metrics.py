@@ -100,3 +100,34 @@ def ollama_clock_encloses_server(v: Values) -> tuple[bool, str]:
     held = v["ollama_ttft_ms"] >= v["ollama_prompt_eval_ms"] and v["ollama_e2e_ms"] >= v["ollama_eval_ms"]
     return held, (f"TTFT {v['ollama_ttft_ms']:.0f} ms vs prompt_eval {v['ollama_prompt_eval_ms']:.0f} ms; "
                   f"E2E {v['ollama_e2e_ms']:.0f} ms vs eval {v['ollama_eval_ms']:.0f} ms")
+
+
+def _llamacpp_ran(v: Values) -> str | None:
+    # skipped only where the chapter recorded that llama.cpp is not built here (never under CI)
+    return "llama.cpp is not built here (make llamacpp builds it)" if v.get("llamacpp_ran") is False else None
+
+
+@rule("metrics", "counting streamed tokens over time gives llama.cpp's own decode rate: labkit's 1/TPOT "
+      "within 5% of llama-server's timings (median over requests)",
+      needs=("llamacpp_client_over_server",),
+      # illustrative: a client whose event loop stalls between chunks reads the tokens later than the
+      # server produced them, so its TPOT stretches past the server's
+      fails_on={"llamacpp_ran": True, "llamacpp_client_over_server": 0.86},
+      holds_on={"llamacpp_ran": True, "llamacpp_client_over_server": 1.000},  # Intel AMX, 2 threads
+      when=_llamacpp_ran)
+def llamacpp_client_counts_server_rate(v: Values) -> tuple[bool, str]:
+    x = v["llamacpp_client_over_server"]
+    return 0.95 <= x <= 1.05, f"labkit's 1/TPOT is {x:.3f}x the server's own rate"
+
+
+@rule("metrics", "the first streamed token reaches labkit after llama.cpp's own prefill ends, under 100 ms "
+      "later (median over requests)",
+      needs=("llamacpp_ttft_minus_prefill_ms",),
+      # illustrative: a client that starts its clock after the request was sent reads TTFT below the
+      # server's prefill; a blocked harness adds a tenth of a second or more
+      fails_on={"llamacpp_ran": True, "llamacpp_ttft_minus_prefill_ms": -4.0},
+      holds_on={"llamacpp_ran": True, "llamacpp_ttft_minus_prefill_ms": 9.8},  # Intel AMX, 2 threads
+      when=_llamacpp_ran)
+def llamacpp_ttft_encloses_prefill(v: Values) -> tuple[bool, str]:
+    d = v["llamacpp_ttft_minus_prefill_ms"]
+    return 0 <= d < 100, f"labkit's TTFT is {d:+.1f} ms beyond llama-server's prefill"

@@ -93,3 +93,23 @@ def canary_exposes_less(v: Values) -> tuple[bool, str]:
     return v["canary_exposed_hi"] < v["bluegreen_exposed_lo"], (
         f"{v['canary_exposed_mean']:.1f} (up to {v['canary_exposed_hi']:.1f}) vs "
         f"{v['bluegreen_exposed_mean']:.1f} (from {v['bluegreen_exposed_lo']:.1f})")
+
+
+def _llamacpp(v: Values) -> str | None:
+    return None if v.get("llamacpp_monitored") else "llama.cpp is not built here (make llamacpp)"
+
+
+@rule("production", "the monitor read llama-server's /metrics: its token counter matched the client's "
+      "count, and its queue gauge showed requests waiting for a slot",
+      needs=("llamacpp_server_over_client_tokens", "llamacpp_max_waiting"), when=_llamacpp,
+      # the last scrape taken before llama-server added the last two requests' tokens (it adds a request's
+      # tokens when it ends): 6 of 8 requests counted; illustrative (mapping the counter to
+      # llamacpp:n_decode_total, decode calls, would read 96 for 144 tokens in tests/data: 0.67)
+      fails_on={"llamacpp_server_over_client_tokens": 0.75, "llamacpp_max_waiting": 2.0,
+                "llamacpp_monitored": True},
+      holds_on={"llamacpp_server_over_client_tokens": 1.0, "llamacpp_max_waiting": 2.0,
+                "llamacpp_monitored": True})  # 2 slots, 8 requests 4 at a time, 2026-12-01
+def llamacpp_metrics_read(v: Values) -> tuple[bool, str]:
+    ratio, waiting = v["llamacpp_server_over_client_tokens"], v["llamacpp_max_waiting"]
+    return abs(ratio - 1) <= 0.02 and waiting >= 1, (f"server/client tokens {ratio:.3f}; up to {waiting:.0f} "
+                                                    "requests queued")

@@ -4,7 +4,9 @@ with ``httpx``, timed chunk by chunk (chapter 02).
 :func:`openai_event` turns one SSE event into what the timing needs (text, cumulative token count,
 error, finish reason); it is pure, so every stream shape a server sends is a table row in
 ``tests/test_openai_events.py``. :func:`openai_backend` reads the stream, stamps each event and
-builds the request record (:mod:`labkit.serving.records`)."""
+builds the request record (:mod:`labkit.serving.records`). llama.cpp's server adds its own
+``timings`` to the stream's usage chunk; :func:`llamacpp_server_timing` keeps them in the record's
+``server``, as the Ollama client keeps Ollama's."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import json
 import time
 from typing import Any, NamedTuple
 
-from .records import Part, RequestRecord, Status, error_text, fail, finish_record, new_record
+from .records import Part, RequestRecord, ServerTiming, Status, error_text, fail, finish_record, new_record
 from .sse import SSEEvent, SSEParser
 from .streaming import Backend, ServerError, base_url_of
 
@@ -51,7 +53,8 @@ class OpenAIEvent(NamedTuple):
     tool-call names and arguments: all generated tokens), ``tokens`` the cumulative output count
     the server reports (``usage.completion_tokens``; None when absent), ``error`` what the server
     reported (None: no error), ``finish`` the ``finish_reason``, ``done`` the ``[DONE]`` sentinel,
-    ``choices`` whether it carried choices (a usage-only chunk does not), ``prompt_tokens``."""
+    ``choices`` whether it carried choices (a usage-only chunk does not), ``prompt_tokens``,
+    ``server`` the server's own timings (llama.cpp's ``timings`` object; None when absent)."""
 
     text: str = ""
     tokens: int | None = None
@@ -60,6 +63,22 @@ class OpenAIEvent(NamedTuple):
     done: bool = False
     choices: bool = False
     prompt_tokens: int | None = None
+    server: ServerTiming | None = None
+
+
+def llamacpp_server_timing(timings: dict[str, Any]) -> ServerTiming:
+    """llama-server's own ``timings`` of one request (sent with the stream's last usage chunk and in
+    its native ``/completion`` answer), milliseconds to seconds: ``prompt_n`` tokens of prefill in
+    ``prompt_ms`` (cached prompt tokens not counted), ``predicted_n`` tokens generated, the first of
+    them at the end of prefill, the rest in ``predicted_ms``. ``eval_tokens_per_s`` is its
+    ``predicted_per_second``, which divides the ``predicted_n - 1`` tokens after the first by
+    ``predicted_ms``: the server's 1/TPOT, comparable with the client's (chapter 02)."""
+    ms = lambda k: float(timings[k]) / 1e3 if timings.get(k) is not None else None
+    prompt_s, eval_s, rate = ms("prompt_ms"), ms("predicted_ms"), timings.get("predicted_per_second")
+    total = prompt_s + eval_s if prompt_s is not None and eval_s is not None else None
+    return ServerTiming(eval_count=timings.get("predicted_n"), prompt_eval_count=timings.get("prompt_n"),
+                        eval_s=eval_s, prompt_eval_s=prompt_s, load_s=None, total_s=total,
+                        eval_tokens_per_s=float(rate) if rate is not None else None)
 
 
 def _delta_text(delta: dict[str, Any]) -> str:
@@ -91,12 +110,14 @@ def openai_event(ev: SSEEvent | str) -> OpenAIEvent:
         return OpenAIEvent(error=error_text(data))
     usage = obj.get("usage") or {}
     tokens, prompt_tokens = usage.get("completion_tokens"), usage.get("prompt_tokens")
+    timings = obj.get("timings")
+    server = llamacpp_server_timing(timings) if isinstance(timings, dict) else None
     choices = obj.get("choices") or []
     if not choices:
-        return OpenAIEvent(tokens=tokens, prompt_tokens=prompt_tokens)
+        return OpenAIEvent(tokens=tokens, prompt_tokens=prompt_tokens, server=server)
     c0 = choices[0]
     text = _delta_text(c0["delta"] or {}) if "delta" in c0 else (c0.get("text") or "")
-    return OpenAIEvent(text, tokens, None, c0.get("finish_reason"), False, True, prompt_tokens)
+    return OpenAIEvent(text, tokens, None, c0.get("finish_reason"), False, True, prompt_tokens, server)
 
 
 def request_body(model: str, prompt: str, max_tokens: int, endpoint: str = "chat", ignore_eos: bool = False,
@@ -198,6 +219,8 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
                                 return end("error", f"the server reported an error in the stream: {e.error}")
                             if e.prompt_tokens is not None:
                                 rec.prompt_tokens = e.prompt_tokens
+                            if e.server is not None:
+                                rec.server = e.server
                             if not e.choices:  # a usage-only chunk: the total
                                 total = e.tokens if e.tokens is not None else total
                                 continue

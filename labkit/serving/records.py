@@ -34,8 +34,10 @@ JSON_FIGURES = ("ttft_s", "tpot_s", "e2e_s", "itl_s")
 
 
 class ServerTiming(TypedDict):
-    """A server's own account of one request (Ollama's last streamed object): token counts and
-    seconds, plus its decode rate ``eval_tokens_per_s`` = ``eval_count / eval_s`` (tokens/s)."""
+    """A server's own account of one request (Ollama's last streamed object, llama.cpp's ``timings``):
+    token counts and seconds, plus its decode rate ``eval_tokens_per_s`` (tokens/s) as the server
+    states it: ``eval_count / eval_s`` for Ollama, the tokens after the first over ``eval_s`` for
+    llama.cpp (:func:`labkit.serving.openai_api.llamacpp_server_timing`)."""
 
     eval_count: int | None
     prompt_eval_count: int | None
@@ -63,7 +65,7 @@ class RequestRecord:
       ``token_source``: where the counts came from (:func:`count_chunk_tokens`; ``"streamer"`` for
       an in-process model, one token per chunk).
     * ``text``: the generated text (cut to 300 characters in JSONL); ``note``: what was odd about a
-      request still counted ok; ``server``: the server's own timings (Ollama), else None.
+      request still counted ok; ``server``: the server's own timings (Ollama, llama.cpp), else None.
     * Set by the load generator (None otherwise): ``id`` (its request number, ``"warmup-N"`` for a
       warm-up), ``prompt_id`` (the prompt's ``id`` in its set), ``phase`` (``"run"`` or
       ``"warmup"``), ``max_tokens`` (asked for), ``queue_s`` (seconds from the request's arrival to

@@ -1,0 +1,96 @@
+"""labkit's client on llama-server vs llama-bench, same model and threads (chapters 02 and 05).
+
+Each round runs, in turn: llama-bench's batch-1 generation (:func:`labkit.engines.llamacpp.bench`,
+tg only: the model alone, no sampling, no detokenization, no HTTP) and labkit's load generator
+against llama-server (:func:`labkit.engines.llamacpp.start_llamacpp`, one slot, the same threads):
+one request at a time, ``--max-tokens`` tokens each (ignore_eos), short prompts from the shipped
+set, one warm-up request per round. The server's own ``timings`` of every response (read from the
+stream by labkit's client) split what the server adds from what HTTP/SSE and the client add
+(:mod:`labkit.serving.decode_gap`).
+
+Reported: labkit's 1/TPOT and output tokens / E2E as fractions of llama-bench's tokens/s (per round
+ratios, their median and spread), and where the rest goes, in milliseconds per token. No target:
+the ratio is the finding. llama-bench starts from an empty context while a chat request carries its
+template and prompt (a few dozen tokens: under 1 MB more KV cache per token here).
+
+    .venv/bin/python benchmarks/llamacpp_vs_labkit.py [--rounds 3] [--requests 4] [--max-tokens 64]
+        [--threads N] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from labkit.engines import llamacpp
+from labkit.serving import loadgen
+from labkit.serving.decode_gap import decode_layers, gap_sentences
+from labkit.serving.loadgen import ClientSpec, LoadSpec
+from labkit.serving.metrics import request_metrics
+from labkit.stats import median_interval, ratio_interval
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=4, help="timed requests per round")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=None, help="default: llama.cpp's own")
+    ap.add_argument("--json", help="write the figures here")
+    a = ap.parse_args()
+    if not llamacpp.llamacpp_available():
+        print(f"llama.cpp not built, skipped: {llamacpp.unavailable_reason()}")
+        return 0
+    t0 = time.perf_counter()
+    threads = a.threads or llamacpp.default_threads()
+    short = [p for p in loadgen.load_prompts() if p.get("kind") == "short"]
+    spec = LoadSpec(n_requests=a.requests, concurrency=1, max_tokens=a.max_tokens, prompts=short, warmup=1)
+    server = llamacpp.start_llamacpp(threads=threads, parallel=1)
+    client = ClientSpec(model=server.model, ignore_eos=True)
+    rounds, records = [], []
+    try:
+        print(f"llama-server ({server.dtype}, {threads} threads, 1 slot) ready in "
+              f"{server.startup_s:.1f} s; {a.rounds} rounds of llama-bench tg{a.max_tokens}, then "
+              f"{a.requests} requests x {a.max_tokens} tokens")
+        for r in range(a.rounds):
+            b = llamacpp.bench(threads=threads, prompt=0, gen=a.max_tokens, reps=2)
+            s = loadgen.run(server.url, spec, client, progress=False, check=(r == 0))
+            ok = [x for x in s["requests"] if x.status == "ok"]
+            tokens = [x.output_tokens for x in ok]
+            if len(ok) != a.requests or any(n != a.max_tokens for n in tokens):
+                raise RuntimeError(f"round {r + 1}: {s['status_counts']}, output tokens {tokens}")
+            records += ok
+            e2e = median_interval([request_metrics(x)["output_tokens_per_s"] for x in ok])["median"]
+            rounds.append({"bench_tps": b["gen_tps"], "client_tps": s["median_tps"], "e2e_tps": e2e,
+                           "ttft_ms": s["median_ttft_ms"]})
+            print(f"round {r + 1}: llama-bench {b['gen_tps']:6.1f} tok/s; labkit 1/TPOT "
+                  f"{s['median_tps']:6.1f} tok/s, tokens/E2E {e2e:6.1f}, TTFT {s['median_ttft_ms']:5.1f} ms",
+                  flush=True)
+    finally:
+        llamacpp.stop(server)
+
+    bench_tps = median_interval([x["bench_tps"] for x in rounds])
+    client = ratio_interval([x["client_tps"] for x in rounds], [x["bench_tps"] for x in rounds])
+    e2e = ratio_interval([x["e2e_tps"] for x in rounds], [x["bench_tps"] for x in rounds])
+    print(f"\nlabkit's generation speed / llama-bench's: {client['median']:.2f} (1/TPOT; rounds "
+          f"{client['lo']:.2f}-{client['hi']:.2f}), {e2e['median']:.2f} counting the wait for the first "
+          f"token (rounds {e2e['lo']:.2f}-{e2e['hi']:.2f})")
+    out: dict = {"rounds": rounds, "client_over_bench": client, "e2e_over_bench": e2e}
+    try:
+        gap = decode_layers(records, bench_tps["median"])
+    except ValueError as e:  # a server whose stream carries no timings
+        print(f"where the rest goes: not split ({e})")
+    else:
+        print(f"where the rest goes ({gap['n']} requests; llama-bench: median of {len(rounds)} rounds):")
+        print(gap_sentences(gap))
+        out["gap"] = gap
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -59,16 +59,45 @@ def test_step_costs_from_summaries():
         B.step_costs(single | {"total_input_tokens": 0}, [])
 
 
-def test_step_costs_take_the_fastest_of_repeated_runs():
-    """Calibration runs slowed by background load (the second here) do not set the costs."""
+def test_step_costs_take_the_fastest_or_the_median_of_repeated_runs():
+    """Calibration runs slowed by background load (the second here) do not set the fastest costs."""
     ones = [{"completed": 3, "total_input_tokens": 300, "median_ttft_ms": t, "concurrency": 1,
              "median_itl_ms": i} for t, i in ((70.0, 40.0), (160.0, 60.0), (72.0, 42.0))]
     fours = [{"concurrency": 4, "median_itl_ms": m} for m in (48.0, 68.0, 50.0)]
     c = B.step_costs(ones, fours)
     assert c["prefill_points"] == [(100.0, pytest.approx(0.030))]
     assert c["decode_points"] == [(1, pytest.approx(0.040)), (4, pytest.approx(0.048))]
+    m = B.step_costs(ones, fours, pick="median")
+    assert m["prefill_points"] == [(100.0, pytest.approx(0.030))]       # 30, 100, 30 ms
+    assert m["decode_points"] == [(1, pytest.approx(0.042)), (4, pytest.approx(0.050))]
     with pytest.raises(ValueError, match="at least one"):
         B.step_costs([], fours)
+    with pytest.raises(ValueError, match="pick"):
+        B.step_costs(ones, fours, pick="mean")
+
+
+def test_paired_sim_errors_judge_each_round_by_its_own_calibration():
+    """A round in the host's slow mode (every step 1.5x) is as predictable as a fast one when it is
+    compared with its own calibration; mixing the fast calibration with the slow run is +50% off."""
+    from labkit.serving.records import RequestRecord
+
+    def cal(step_ms):
+        one = {"completed": 3, "total_input_tokens": 30, "median_ttft_ms": 2 * step_ms, "concurrency": 1,
+               "median_itl_ms": step_ms}
+        return [one, *({"concurrency": c, "median_itl_ms": step_ms} for c in (4, 8))]
+
+    work = [{"id": f"w{i}", "max_tokens": 10} for i in range(8)]
+    recs = [RequestRecord(prompt_id=f"w{i}", prompt_tokens=10) for i in range(8)]
+
+    def cont(step_ms):   # 8 requests of 10 tokens at once: a prefill (a step's time) and 10 steps
+        return {"output_throughput": 80 / (11 * step_ms / 1000), "requests": recs}
+
+    fast, slow = ({"calibration": cal(ms), "continuous": cont(ms)} for ms in (40.0, 60.0))
+    errors = B.paired_sim_errors([fast, slow], work, batch=8)
+    assert errors[0] == pytest.approx(errors[1], abs=0.02)
+    mixed = B.paired_sim_errors([{"calibration": fast["calibration"], "continuous": slow["continuous"]}],
+                                work, 8)
+    assert mixed[0] == pytest.approx(errors[1] + 0.5 * (1 + errors[1]), abs=0.02)
 
 
 def test_weight_load_reports_bytes_params_and_download_time(tmp_path):
@@ -112,6 +141,7 @@ def test_python_cold_start_phases_from_the_child(monkeypatch):
 def test_calibration_runs_feed_step_costs_and_the_chapter_readers():
     with fake_server(step_s=0.004) as srv:
         c1, c4 = B.calibration_runs(srv.url, "fake")
+        assert [c["concurrency"] for c in B.calibration_runs(srv.url, "fake", batch=6)] == [1, 4, 6]
         cont = B.continuous(srv.url, "fake", [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 3}
                                               for i in range(6)], batch=3)
     assert (c1["concurrency"], c1["completed"], c4["concurrency"], c4["completed"]) == (1, 3, 4, 8)
@@ -158,29 +188,15 @@ def test_alternating_runs_interleave_calibration_and_the_measured_run():
 
     work = [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 2} for i in range(4)]
     with fake_server(step_s=0.002) as srv:
-        ones, fours, conts = B.alternating_runs(srv.url, "fake", work, batch=2, rounds=2, watch_first=Watch())
+        rounds = B.alternating_runs(srv.url, "fake", work, batch=6, rounds=2, watch_first=Watch())
         with pytest.raises(ValueError, match="at least one round"):
             B.alternating_runs(srv.url, "fake", work, batch=2, rounds=0)
-    assert [len(ones), len(fours), len(conts)] == [2, 2, 2] and Watch.entered == 1
-    assert {s["concurrency"] for s in ones} == {1} and {s["concurrency"] for s in fours} == {4}
-    assert all(c["policy"] == "continuous" and c["completed"] == 4 for c in conts)
-    # the rounds alternate: each continuous run starts after that round's calibration ended
-    for one, four, cont in zip(ones, fours, conts, strict=True):
-        assert max(r.t_sent for r in one["requests"]) < min(r.t_sent for r in four["requests"])
-        assert max(r.t_sent for r in four["requests"]) < min(r.t_sent for r in cont["requests"])
-
-
-def test_alternating_runs_can_run_the_workload_in_fewer_rounds_than_the_calibration():
-    work = [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 2} for i in range(4)]
-    with fake_server(step_s=0.002) as srv:
-        ones, fours, conts = B.alternating_runs(srv.url, "fake", work, batch=2, rounds=5, continuous_rounds=3)
-        for bad in (0, 6):
-            with pytest.raises(ValueError, match="continuous runs"):
-                B.alternating_runs(srv.url, "fake", work, batch=2, rounds=5, continuous_rounds=bad)
-    assert [len(ones), len(fours), len(conts)] == [5, 5, 3]
-    # spread out: the workload follows rounds 0, 2 and 4 (each after that round's concurrency-4 run)
-    for r, cont in zip((0, 2, 4), conts, strict=True):
-        sent = min(q.t_sent for q in cont["requests"])
-        assert max(q.t_sent for q in fours[r]["requests"]) < sent
-        if r < 4:
-            assert sent < min(q.t_sent for q in ones[r + 1]["requests"])
+    assert len(rounds) == 2 and Watch.entered == 1
+    for r in rounds:
+        assert [s["concurrency"] for s in r["calibration"]] == [1, 4, 6]
+        assert r["continuous"]["policy"] == "continuous" and r["continuous"]["completed"] == 4
+        # each continuous run starts after its round's calibration ended, in order
+        sent = [[q.t_sent for q in s["requests"]] for s in [*r["calibration"], r["continuous"]]]
+        assert all(max(a) < min(b) for a, b in zip(sent[:-1], sent[1:], strict=True))
+    assert max(q.t_sent for q in rounds[0]["continuous"]["requests"]) < min(
+        q.t_sent for q in rounds[1]["calibration"][0]["requests"])

@@ -16,7 +16,8 @@ output tokens/s: only the tokens each request asked for), ``p50_queued_e2e_ms``/
 (milliseconds from the moment every request was queued to its last token),
 ``duration`` (seconds), ``completed``/``failed``. :func:`step_costs` turns small server runs
 (:func:`calibration_runs`, repeated by :func:`alternating_runs`) into the per-step costs
-:mod:`labkit.production.batchsim` simulates with;
+:mod:`labkit.production.batchsim` simulates with, and :func:`paired_sim_errors` judges the simulator
+round by round;
 :func:`table_row`, :func:`slot_seconds` and :func:`prompt_tokens_by_id` read a run for the chapter.
 """
 
@@ -34,6 +35,7 @@ from ..serving import loadgen, metrics
 from ..serving.loadspec import Prompt
 from ..serving.records import RequestRecord
 from ..stats import summary
+from . import batchsim
 
 Requests = Sequence[dict[str, Any]]
 
@@ -136,23 +138,28 @@ def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> dic
 
 
 def step_costs(single: dict[str, Any] | Sequence[dict[str, Any]],
-               batched: Sequence[dict[str, Any]]) -> dict[str, Any]:
+               batched: Sequence[dict[str, Any]], pick: str = "fastest") -> dict[str, Any]:
     """Per-step costs of a server from load-test summaries, the inputs of
     :func:`labkit.production.batchsim.fit_step_cost`:
 
     * ``prefill_points`` [(prompt tokens, s)]: from ``single`` (a concurrency-1 run, or several),
       the median TTFT less one decode step (the median inter-token latency: the first token also
-      needs a step), at the mean prompt length; with several runs, the fastest of them.
+      needs a step), at the mean prompt length.
       Calibrate with prompts as long as the workload's: on a CPU the cost per prompt token grows
       with the prompt (chapter 08 measured 1.3 ms per token at about 110 tokens and over 4 ms at
       about 570 on 2 AVX2 cores).
     * ``decode_points`` [(batch, s)]: the median inter-token latency at each concurrency (at
       concurrency ``c`` a step serves ``c`` streams; the median skips the few gaps stretched by
-      another request's prefill, which the simulator adds itself); runs repeated at one
-      concurrency give one point, the fastest of theirs. Background load only ever slows a run,
-      and on the 2-core lab machine a few-second run sometimes lands in a mode about 1.5x slower
-      (decode steps of 65 instead of 45 ms) that the longer measured runs never showed; the
-      fastest repeat is the server's own cost."""
+      another request's prefill, which the simulator adds itself).
+
+    Runs repeated at one concurrency give one point: ``pick="fastest"`` the fastest of them
+    (background load only ever slows a run), ``"median"`` their median (the typical run, as chapter
+    08 uses beside its median measured run). On the 2-core lab machine a few-second run sometimes
+    lands in a mode about 1.5x slower (decode steps of 65 instead of 45 ms), so a single run is no
+    calibration; :func:`paired_sim_errors` judges each round against its own calibration."""
+    if pick not in ("fastest", "median"):
+        raise ValueError(f"pick must be 'fastest' or 'median', got {pick!r}")
+    choose = min if pick == "fastest" else (lambda v: float(np.median(v)))
     singles = [single] if isinstance(single, dict) else list(single)
     if not singles:
         raise ValueError("step_costs needs at least one concurrency-1 run")
@@ -163,45 +170,54 @@ def step_costs(single: dict[str, Any] | Sequence[dict[str, Any]],
     steps: dict[int, list[float]] = {}
     for s in [*singles, *batched]:
         steps.setdefault(int(s["concurrency"]), []).append(s["median_itl_ms"] / 1000.0)
-    return {"prefill_points": [(float(np.mean(tokens)), min(prefill_s))],
-            "decode_points": [(c, min(v)) for c, v in sorted(steps.items())]}
+    return {"prefill_points": [(float(np.mean(tokens)), choose(prefill_s))],
+            "decode_points": [(c, choose(v)) for c, v in sorted(steps.items())]}
 
 
-def calibration_runs(url: str, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The two small runs :func:`step_costs` reads (:func:`alternating_runs` repeats them): 3
-    requests one at a time (24 tokens each: a step at batch 1, and the prefill) and 8 requests 4 at
-    a time (16 tokens each: a step at batch 4)."""
-    return _run_tokens(url, model, 3, 1, 24), _run_tokens(url, model, 8, 4, 16)
+def calibration_runs(url: str, model: str, batch: int = 4) -> list[dict[str, Any]]:
+    """The small runs :func:`step_costs` reads (:func:`alternating_runs` repeats them): 3 requests
+    one at a time (24 tokens each: a step at batch 1, and the prefill), 8 requests 4 at a time (16
+    tokens each: a step at batch 4) and, for ``batch`` > 4, ``max(8, batch)`` requests ``batch`` at
+    a time (16 tokens each): a step at the batch the simulator is then used at, so that it does not
+    extrapolate a slope measured between 1 and 4 (noise in that slope grows sevenfold at 8)."""
+    runs = [_run_tokens(url, model, 3, 1, 24), _run_tokens(url, model, 8, 4, 16)]
+    if batch > 4:
+        runs.append(_run_tokens(url, model, max(8, batch), batch, 16))
+    return runs
 
 
 def alternating_runs(url: str, model: str, requests: Requests, batch: int, rounds: int = 3,
-                     watch_first: AbstractContextManager[Any] | None = None,
-                     continuous_rounds: int | None = None,
-                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """``rounds`` rounds of the two calibration runs of :func:`calibration_runs`, ``continuous_rounds``
-    of them (default: every one; else spread evenly, the first and last among them) followed by
-    :func:`continuous` on ``requests``, so that a passing burst of load on the host hits the
-    calibration and the measured run alike; the simulator gets the fastest calibrations
-    (:func:`step_costs`) and is judged against the median continuous run. Chapter 08 runs 5 cheap
-    calibration pairs and 3 continuous runs (a continuous run costs about as much as 3 pairs).
-    ``watch_first`` (e.g. a monitor's sampler) is entered around the first continuous run only.
-    Returns (concurrency-1 runs, concurrency-4 runs, continuous runs), one calibration of each per round."""
-    n_cont = rounds if continuous_rounds is None else continuous_rounds
-    if rounds < 1 or not 1 <= n_cont <= rounds:
-        raise ValueError(f"rounds={rounds}, continuous_rounds={continuous_rounds}: run at least one round, "
-                         "and between 1 and rounds continuous runs")
-    with_cont = {int(i) for i in np.round(np.linspace(0, rounds - 1, n_cont))}
-    ones: list[dict[str, Any]] = []
-    fours: list[dict[str, Any]] = []
-    conts: list[dict[str, Any]] = []
+                     watch_first: AbstractContextManager[Any] | None = None) -> list[dict[str, Any]]:
+    """``rounds`` rounds of :func:`calibration_runs` (at 1, 4 and ``batch``) each followed by
+    :func:`continuous` on ``requests``, so that a round's calibration and its measured run share the
+    host's state (a passing burst of load, the 2-core machine's slow mode) and can be compared
+    pairwise (:func:`paired_sim_errors`). ``watch_first`` (e.g. a monitor's sampler) is entered
+    around the first continuous run only. Returns one ``{"calibration": [runs], "continuous": run}``
+    per round."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: run at least one round")
+    out: list[dict[str, Any]] = []
     for i in range(rounds):
-        one, four = calibration_runs(url, model)
-        ones.append(one)
-        fours.append(four)
-        if i in with_cont:
-            with watch_first if (not conts and watch_first is not None) else contextlib.nullcontext():
-                conts.append(continuous(url, model, requests, batch))
-    return ones, fours, conts
+        cal = calibration_runs(url, model, batch)
+        with watch_first if (i == 0 and watch_first is not None) else contextlib.nullcontext():
+            out.append({"calibration": cal, "continuous": continuous(url, model, requests, batch)})
+    return out
+
+
+def paired_sim_errors(rounds: Sequence[dict[str, Any]], requests: Requests, batch: int) -> list[float]:
+    """Per round of :func:`alternating_runs`: the simulator's continuous throughput, calibrated on
+    that round's runs only, over that round's measured continuous throughput, less 1 (a fraction:
+    +0.1 means the simulator predicted 10% more tokens/s). Each simulation serves ``requests`` with
+    the prompt lengths the server counted in that round (chapter 08)."""
+    errors = []
+    for r in rounds:
+        cal, cont = r["calibration"], r["continuous"]
+        costs = step_costs(cal[0], cal[1:])
+        cost = batchsim.fit_step_cost(costs["prefill_points"], costs["decode_points"])
+        reqs = batchsim.workload_requests(requests, prompt_tokens_by_id(cont))
+        sim = batchsim.simulate_batching("continuous", reqs, cost, batch)["throughput_tok_s"]
+        errors.append(sim / cont["output_throughput"] - 1)
+    return errors
 
 
 def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:

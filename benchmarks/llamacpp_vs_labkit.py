@@ -19,10 +19,7 @@ template and prompt (a few dozen tokens: under 1 MB more KV cache per token here
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
-from pathlib import Path
+from _common import finish, parser, setup
 
 from labkit.engines import llamacpp
 from labkit.serving import loadgen
@@ -33,18 +30,13 @@ from labkit.stats import median_interval, ratio_interval
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = parser(__doc__, rounds=3, threads=True)
     ap.add_argument("--requests", type=int, default=4, help="timed requests per round")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=None, help="default: llama.cpp's own")
-    ap.add_argument("--json", help="write the figures here")
-    a = ap.parse_args()
-    if not llamacpp.llamacpp_available():
-        print(f"llama.cpp not built, skipped: {llamacpp.unavailable_reason()}")
+    a, t0 = setup(ap, "llamacpp")
+    if a is None:
         return 0
-    t0 = time.perf_counter()
-    threads = a.threads or llamacpp.default_threads()
+    threads = a.threads
     short = [p for p in loadgen.load_prompts() if p.get("kind") == "short"]
     spec = LoadSpec(n_requests=a.requests, concurrency=1, max_tokens=a.max_tokens, prompts=short, warmup=1)
     server = llamacpp.start_llamacpp(threads=threads, parallel=1)
@@ -86,10 +78,7 @@ def main() -> int:
         print(f"where the rest goes ({gap['n']} requests; llama-bench: median of {len(rounds)} rounds):")
         print(gap_sentences(gap))
         out["gap"] = gap
-    print(f"total {time.perf_counter() - t0:.0f} s")
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1, default=float))
-    return 0
+    return finish(t0, out, a.json)
 
 
 if __name__ == "__main__":

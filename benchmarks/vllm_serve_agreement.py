@@ -29,15 +29,13 @@ installed (``make serve-setup``).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
-import json
 import statistics
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from _common import finish, parser, setup
 
 from labkit.engines import vllm
 from labkit.engines import vllm_bench as vb
@@ -61,18 +59,14 @@ def labkit_run(url: str, spec: LoadSpec, client: ClientSpec) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, rounds=4, rounds_help="runs per client (pairs of adjacent runs)")
     ap.add_argument("--requests", type=int, default=8, help="requests per run (at most 30: the shipped set)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=4, help="runs per client (pairs of adjacent runs)")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench" / "vllm_serve_agreement"))
-    ap.add_argument("--json", help="write the figures here")
-    a = ap.parse_args()
-    if not vllm.vllm_available():
-        print(f"vLLM not available, skipped: {vllm.unavailable_reason()}")
+    a, t_start = setup(ap, "vllm")
+    if a is None:
         return 0
-    t_start = time.perf_counter()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     shipped = loadgen.load_prompts()
@@ -138,10 +132,8 @@ def main() -> int:
     same = {x: sorted({r[x] for w in runs for r in runs[w]}) for x in SAME}
     print("same requests on both: " + ", ".join(f"{x} {v}" for x, v in same.items()))
     print(f"vllm bench serve: {statistics.median(r['wall_s'] for r in runs['vllm']):.1f} s per run in its "
-          f"session; total {time.perf_counter() - t_start:.0f} s")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"rows": rows, "runs": runs}, indent=1, default=float))
-    return 0
+          "session")
+    return finish(t_start, {"rows": rows, "runs": runs}, a.json)
 
 
 if __name__ == "__main__":

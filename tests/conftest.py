@@ -1,5 +1,6 @@
 """Fixtures shared by the tests of several chapters: the loopback fake server (chapter 02's
-``labkit.engines.fakeserver``) and tiny random Llama models (chapters 01, 03 and 06)."""
+``labkit.engines.fakeserver``), tiny random Llama models (chapters 01, 03 and 06) and ``tools``, the
+llama.cpp tools (chapters 02, 04, 05, 06 and 08)."""
 
 import pytest
 
@@ -41,3 +42,15 @@ def tiny_llama():
         return LlamaForCausalLM(LlamaConfig(**(TINY_LLAMA | config))).eval()
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tools() -> None:
+    """The llama.cpp tools ``make llamacpp`` builds: the test is skipped where they are not built,
+    except under CI (:func:`labkit.engines.llamacpp.llamacpp_required`), where that is a failure."""
+    from labkit.engines import llamacpp
+
+    if not llamacpp.llamacpp_available():
+        if llamacpp.llamacpp_required():
+            pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
+        pytest.skip(llamacpp.unavailable_reason())

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from labkit.engines import llamacpp, process, vllm
+from labkit.engines import process, vllm
 
 SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGKILL]
 
@@ -115,6 +115,36 @@ def test_lab_servers_names_an_orphan(tmp_path) -> None:
     assert all(s["pid"] != srv.pid for s in process.lab_servers())
 
 
+OK_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_start_waits_for_health_and_running_stops_it(tmp_path) -> None:
+    """process.start/running, the one way every engine module starts a server: ready when /health
+    answers, stopped (port closed, registry entry gone) when the ``with`` block ends."""
+    port = process.free_port()
+    cmd = [sys.executable, "-c", OK_SERVER, str(port)]
+    with process.running(process.start, cmd=cmd, port=port, engine="http", model="m", dtype="none",
+                         log_path=tmp_path / "ok.log", ready_timeout_s=30) as s:
+        assert s.url == f"http://127.0.0.1:{port}" and s.startup_s >= 0 and _port_open(port)
+        assert any(x["pid"] == s.pid for x in process.lab_servers())
+    assert _wait(lambda: not _port_open(port), 10)
+    assert all(x["pid"] != s.pid for x in process.lab_servers())
+    assert (tmp_path / "ok.log").read_text().startswith(sys.executable)  # the command line comes first
+
+
+def test_start_reports_a_server_that_exits_with_its_log(tmp_path) -> None:
+    cmd = [sys.executable, "-c", "import sys; print('no model here'); sys.exit(3)"]
+    with pytest.raises(RuntimeError, match="(?s)exited with code 3.*no model here"):
+        process.start(cmd, process.free_port(), "http", "m", "none", log_path=tmp_path / "bad.log",
+                      ready_timeout_s=30, name="bad-server")
+
+
 START = """
 import sys
 from labkit.engines import process
@@ -156,11 +186,7 @@ server_port, server_pid = s.url.rsplit(":", 1)[1], s.pid
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
-def test_llama_server_dies_with_its_parent(sig: signal.Signals) -> None:
-    if not llamacpp.llamacpp_available():
-        if llamacpp.llamacpp_required():
-            pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
-        pytest.skip(llamacpp.unavailable_reason())
+def test_llama_server_dies_with_its_parent(sig: signal.Signals, tools) -> None:
     parent, port, _ = _parent(LLAMA)
     parent.send_signal(sig)
     parent.wait(10)

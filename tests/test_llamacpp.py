@@ -55,12 +55,19 @@ def test_measured_server_rejects_unknown_engine() -> None:
         pass
 
 
-@pytest.fixture(scope="module")
-def tools() -> None:
-    if not llamacpp.llamacpp_available():
-        if llamacpp.llamacpp_required():
-            pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
-        pytest.skip(llamacpp.unavailable_reason())
+def test_bench_json_keeps_every_run() -> None:
+    """llama-bench ``-o json`` rows (trimmed to the fields read) -> means, sds and per-run samples."""
+    from labkit.stats import median_interval
+
+    rows = [{"n_prompt": 128, "n_gen": 0, "avg_ts": 600.0, "stddev_ts": 10.0, "samples_ts": [590.0, 610.0]},
+            {"n_prompt": 0, "n_gen": 64, "avg_ts": 45.0, "stddev_ts": 3.0, "samples_ts": [42.0, 45.0, 48.0]}]
+    b = llamacpp.parse_bench(rows)
+    assert b["prompt_tps"] == 600.0 and b["prompt_tps_sd"] == 10.0
+    assert b["prompt_tps_samples"] == [590.0, 610.0]
+    assert b["gen_tps"] == 45.0 and b["gen_tps_sd"] == 3.0 and b["gen_tps_samples"] == [42.0, 45.0, 48.0]
+    assert median_interval(b["gen_tps_samples"])["median"] == 45.0
+    old = llamacpp.parse_bench([{"n_gen": 16, "avg_ts": 30.0, "stddev_ts": 0.0}])  # no samples_ts
+    assert old == {"gen_tps": 30.0, "gen_tps_sd": 0.0, "gen_tps_samples": [30.0]}
 
 
 def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
@@ -78,6 +85,7 @@ def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
 def test_bench_reports_both_phases(tools) -> None:
     b = llamacpp.bench(prompt=32, gen=16, reps=1)
     assert b["type"] == "Q4_1" and b["gen_tps"] > 0 and b["prompt_tps"] > b["gen_tps"]
+    assert len(b["gen_tps_samples"]) == 1 and len(b["prompt_tps_samples"]) == 1
 
 
 def test_quantize_to_q8_and_perplexity(tools, tmp_path) -> None:

@@ -69,3 +69,44 @@ def test_table_and_sentences_print_the_figures(fakes):
     text = lr.describe(r, threads=1)
     assert "300 MiB" in text and "under 1.2x" in text                # 11 vs 10 GB/s
     assert "2 threads instead of 1: 1.60x the tokens/s with 2.00x the copy bandwidth" in text
+
+
+def test_fixed_cost_fit_recovers_a_known_line():
+    # 10 ms per token + bytes at 8 GB/s: 100 MB -> 22.5 ms, 150 MB -> 28.75 ms, 270 MB -> 43.75 ms
+    sizes = [100e6, 150e6, 270e6]
+    fit = lr.fixed_cost_fit(sizes, [1 / (0.010 + b / 8e9) for b in sizes])
+    assert fit["fixed_s"] == pytest.approx(0.010) and fit["bw_eff"] == pytest.approx(8e9)
+    assert fit["max_residual_s"] < 1e-12 and fit["n"] == 3 and len(fit["residuals_s"]) == 3
+    with pytest.raises(ValueError):
+        lr.fixed_cost_fit([100e6, 100e6], [40.0, 41.0])
+
+
+def test_formats_on_roofline_interleaves_and_keeps_every_run(monkeypatch):
+    """Every round measures both bandwidths, then every format; the share uses the median of all runs
+    against the best copy; the fit goes through the formats' medians."""
+    calls: list[tuple] = []
+    per_token = {"a.gguf": 100e6, "b.gguf": 270e6}
+    tps = {"a.gguf": [30.0, 40.0, 50.0], "b.gguf": [20.0, 20.0, 20.0]}
+
+    def bench(gguf, threads, prompt, gen, reps):
+        calls.append(("bench", gguf, threads))
+        return {"gen_tps": 0.0, "gen_tps_samples": list(tps[gguf])}
+
+    def copy(device, nbytes=256 * 2**20, repeats=5):
+        calls.append(("copy", torch.get_num_threads()))
+        return {"gbps_best": 10.0 if len(calls) < 3 else 12.0}
+
+    monkeypatch.setattr(lr.llamacpp, "bench", bench)
+    monkeypatch.setattr(lr, "memory_bandwidth", copy)
+    monkeypatch.setattr(lr, "read_bandwidth", lambda: calls.append(("read",)) or 15e9)
+    monkeypatch.setattr(lr, "gguf_bytes_per_token", lambda p, context: {"total": per_token[p]})
+    r = lr.formats_on_roofline({"A": "a.gguf", "B": "b.gguf"}, threads=(1,), rounds=2)
+    assert [c[0] for c in calls] == ["copy", "read", "bench", "bench"] * 2
+    a, b = r["rows"]
+    assert a["format"] == "A" and a["samples"] == [30.0, 40.0, 50.0] * 2 and a["tps"]["median"] == 40.0
+    assert r["bandwidth"][1] == 12e9 and a["achieved"]["median"] == pytest.approx(40 * 100e6 / 12e9)
+    assert a["achieved"]["lo"] <= a["achieved"]["median"] <= a["achieved"]["hi"]
+    assert a["read_achieved"] == pytest.approx(40 * 100e6 / 15e9)
+    fit = r["fits"][1]   # 25 ms at 100 MB, 50 ms at 270 MB
+    assert fit["bw_eff"] == pytest.approx(170e6 / 0.025)
+    assert fit["fixed_s"] == pytest.approx(0.025 - 100e6 / 6.8e9)

@@ -105,6 +105,38 @@ def test_gguf_summary_and_blocks_of_a_written_file(tmp_path):
         wf.gguf_tensor(path, "missing")
 
 
+def _summary_by_gguf_reader(path) -> dict:
+    """gguf_summary as it was computed before it read the header itself: through ``gguf.GGUFReader``."""
+    import collections
+
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    types: dict = collections.defaultdict(lambda: {"tensors": 0, "params": 0, "bytes": 0})
+    for t in reader.tensors:
+        row = types[t.tensor_type.name]
+        block, block_bytes = gguf.GGML_QUANT_SIZES[t.tensor_type]
+        row.update(block_size=block, block_bytes=block_bytes, bits_per_weight=8 * block_bytes / block)
+        row["tensors"] += 1
+        row["params"] += int(t.n_elements)
+        row["bytes"] += int(t.n_bytes)
+    meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith(("tokenizer.", "GGUF."))}
+    return {"types": dict(types), "params": sum(r["params"] for r in types.values()),
+            "bytes": sum(r["bytes"] for r in types.values()),
+            "metadata": {k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
+
+
+def test_gguf_summary_from_the_header_matches_the_gguf_reader():
+    from labkit.llm.gguf_bytes import gguf_bytes_per_token
+    from labkit.models import gguf_path
+
+    ours, theirs = wf.gguf_summary(gguf_path()), _summary_by_gguf_reader(gguf_path())
+    assert ours == theirs
+    assert list(ours["types"]) == list(theirs["types"]) and ours["metadata"]["general.file_type"] == 3
+    per_token = gguf_bytes_per_token(gguf_path(), context=32)
+    assert per_token["weights"] == theirs["bytes"] and per_token["layers"] == 30
+
+
 def test_disassembly_shows_the_call_without_running_it(tmp_path):
     marker = tmp_path / "PWNED"
     text = wf.pickle_disassembly(wf.write_crafted_checkpoint(tmp_path / "evil.pt", marker))

@@ -21,17 +21,16 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import llamacpp_build, prometheus
-from .process import Server, free_port, spawn, stop, wait_ready
+from . import llamacpp_build, process, prometheus
+from .process import Server, free_port, stop
 
-__all__ = ["bench", "gguf_type", "llamacpp_available", "llamacpp_server", "perplexity", "quantize",
-           "start_llamacpp", "stop"]
+__all__ = ["bench", "gguf_type", "llamacpp_available", "llamacpp_server", "parse_bench", "perplexity",
+           "quantize", "start_llamacpp", "stop"]
 
 SERVED_NAME = "smollm2"
 #: llama-quantize's names for the levels chapter 06 compares (F32/F16 are not quantized).
@@ -57,7 +56,9 @@ def llamacpp_required() -> bool:
 
 def default_threads() -> int:
     """Threads for llama.cpp: ``$LABKIT_LLAMACPP_THREADS``, else every logical CPU up to 8 (llama.cpp's
-    decode is memory-bound: past a few cores more threads stop helping)."""
+    decode is memory-bound: past a few cores more threads stop helping). No core is left free for the
+    client: on a 2-core machine ``labkit bench --llamacpp`` measured llama-server with 2 threads at
+    0.53-0.62x the TPOT of 1 thread at concurrency 1 and 0.43-0.53x at 4 (3 rounds, issue 22)."""
     env = os.environ.get("LABKIT_LLAMACPP_THREADS", "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
@@ -104,33 +105,17 @@ def start_llamacpp(gguf: str | Path | None = None, port: int | None = None, serv
     is the GGUF's type, e.g. ``Q4_1``). It dies with this process; stop it with :func:`stop`."""
     gguf = _gguf(gguf)
     port = port or free_port()
-    if log_path is None:
-        from ..settings import cache_dir
-
-        (cache_dir() / "logs").mkdir(parents=True, exist_ok=True)
-        log_path = cache_dir() / "logs" / f"llama-server-{port}.log"
-    log_path = Path(log_path)
     cmd = llamacpp_command(gguf, port, served_name, threads, parallel, ctx_per_slot, extra)
-    proc = spawn(cmd, log_path, dict(os.environ), "llamacpp", port, signal.SIGKILL)
-    server = Server(url=f"http://127.0.0.1:{port}", pid=proc.pid, log=log_path, model=served_name, proc=proc,
-                    dtype=gguf_type(gguf), engine="llamacpp")
-    try:
-        server.startup_s = wait_ready(server, ready_timeout_s, "llama-server")
-    except BaseException:
-        stop(server)
-        raise
-    return server
+    return process.start(cmd, port, "llamacpp", served_name, gguf_type(gguf), log_path=log_path,
+                         ready_timeout_s=ready_timeout_s, name="llama-server")
 
 
 @contextlib.contextmanager
 def llamacpp_server(**kwargs: Any) -> Iterator[str]:
     """``with llamacpp_server() as url:`` the base URL of a ready llama-server, stopped on exit.
     Arguments as :func:`start_llamacpp`."""
-    server = start_llamacpp(**kwargs)
-    try:
+    with process.running(start_llamacpp, **kwargs) as server:
         yield server.url
-    finally:
-        stop(server)
 
 
 def scrape_metrics(base_url: str, prefix: str = "llamacpp:") -> dict[str, float]:
@@ -157,12 +142,26 @@ def gguf_type(path: str | Path) -> str:
     return _FILE_TYPES.get(int(code), f"type {code}")
 
 
+def parse_bench(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """llama-bench's ``-o json`` rows as :func:`bench` reports them: per test (``gen`` when it
+    generates, else ``prompt``) ``<key>_tps`` (mean tok/s), ``<key>_tps_sd`` (standard deviation) and
+    ``<key>_tps_samples`` (tok/s of each repetition, llama-bench's ``samples_ts``: feed them to
+    :func:`labkit.stats.median_interval`)."""
+    out: dict[str, Any] = {}
+    for row in rows:
+        key = "gen_tps" if row.get("n_gen", 0) > 0 else "prompt_tps"
+        out[key], out[f"{key}_sd"] = float(row["avg_ts"]), float(row["stddev_ts"])
+        out[f"{key}_samples"] = [float(x) for x in row.get("samples_ts") or [row["avg_ts"]]]
+    return out
+
+
 def bench(gguf: str | Path | None = None, threads: int | None = None, prompt: int = 128, gen: int = 64,
-          reps: int = 3, timeout_s: float = 300.0) -> dict[str, float]:
+          reps: int = 3, timeout_s: float = 300.0) -> dict[str, Any]:
     """llama-bench on ``gguf`` (default: the bundled one): ``prompt_tps`` (prompt processing, tok/s,
     ``prompt`` tokens at once) and ``gen_tps`` (generation at batch 1, tok/s, ``gen`` tokens), each the
-    mean of ``reps`` runs with its standard deviation (``*_sd``), ``threads``, ``size_bytes`` and
-    ``type``. llama-bench times the model alone: no sampling, no detokenization, no HTTP."""
+    mean of ``reps`` runs with its standard deviation (``*_sd``) and every run's tok/s (``*_samples``,
+    a list), ``threads``, ``size_bytes`` and ``type``. llama-bench times the model alone: no sampling,
+    no detokenization, no HTTP."""
     gguf = _gguf(gguf)
     t = threads or default_threads()
     cmd = [_tool("llama-bench"), "-m", str(gguf), "-t", str(t), "-p", str(prompt), "-n", str(gen),
@@ -170,13 +169,8 @@ def bench(gguf: str | Path | None = None, threads: int | None = None, prompt: in
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if r.returncode:
         raise RuntimeError(f"llama-bench failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
-    rows = json.loads(r.stdout)
-    out: dict[str, float] = {"threads": t, "size_bytes": float(gguf.stat().st_size)}
-    for row in rows:
-        key = "gen_tps" if row.get("n_gen", 0) > 0 else "prompt_tps"
-        out[key], out[f"{key}_sd"] = float(row["avg_ts"]), float(row["stddev_ts"])
-    out["type"] = gguf_type(gguf)  # type: ignore[assignment]
-    return out
+    return {"threads": t, "size_bytes": float(gguf.stat().st_size), **parse_bench(json.loads(r.stdout)),
+            "type": gguf_type(gguf)}
 
 
 def quantize(src: str | Path, dst: str | Path, level: str, threads: int | None = None,

@@ -1,5 +1,7 @@
 """The life of a server process the lab starts (vLLM and llama.cpp alike; chapters 02, 04, 05, 06, 08).
 
+* :func:`start` starts a server and waits until it answers; :func:`running` is the ``with`` form
+  (``vllm_server``/``llamacpp_server`` are thin wrappers of both).
 * :func:`spawn` starts it in its own process group, through :mod:`labkit.engines.guard`, so it dies
   with the Python process that started it, whether that process ends by SIGTERM, SIGINT, SIGKILL or a
   crash (on 2 cores an orphaned server skews every later measurement), and records it in
@@ -19,8 +21,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..paths import REPO
 
@@ -131,6 +135,47 @@ def stop(server: Server | subprocess.Popen, timeout_s: float = 20.0) -> None:
                 proc.stdin.close()
         with contextlib.suppress(OSError):
             (_registry() / f"{proc.pid}.json").unlink(missing_ok=True)
+
+
+def default_log(name: str, port: int) -> Path:
+    """Where a server's output goes unless the caller says: ``<cache>/logs/<name>-<port>.log``."""
+    from ..settings import cache_dir
+
+    folder = cache_dir() / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{name}-{port}.log"
+
+
+def start(cmd: list[str], port: int, engine: str, model: str, dtype: str, *,
+          log_path: str | Path | None = None, env: dict[str, str] | None = None,
+          death_signal: int = signal.SIGKILL, ready_timeout_s: float = 240.0,
+          name: str | None = None) -> Server:
+    """Start the server ``cmd`` (listening on ``127.0.0.1:port``) with :func:`spawn`, wait for its
+    ``/health`` (:func:`wait_ready`, up to ``ready_timeout_s`` seconds) and return its :class:`Server`
+    (``startup_s`` set); stopped again if it never gets ready. ``name`` labels it in errors and names
+    its default log (:func:`default_log`, lower case). Every engine module starts its servers through here."""
+    name = name or engine
+    log = Path(log_path) if log_path is not None else default_log(name.lower(), port)
+    proc = spawn(cmd, log, env if env is not None else dict(os.environ), engine, port, death_signal)
+    server = Server(url=f"http://127.0.0.1:{port}", pid=proc.pid, log=log, model=model, proc=proc,
+                    dtype=dtype, engine=engine)
+    try:
+        server.startup_s = wait_ready(server, ready_timeout_s, name)
+    except BaseException:
+        stop(server)
+        raise
+    return server
+
+
+@contextlib.contextmanager
+def running(start_fn: Callable[..., Server], /, **kwargs: Any) -> Iterator[Server]:
+    """``with running(start_llamacpp, parallel=1) as server:`` the :class:`Server` ``start_fn(**kwargs)``
+    started, stopped (:func:`stop`) on exit, however the block ends."""
+    server = start_fn(**kwargs)
+    try:
+        yield server
+    finally:
+        stop(server)
 
 
 def _alive(pid: int) -> bool:

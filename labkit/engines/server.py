@@ -21,6 +21,7 @@ from .. import settings
 from ..serving.openai_api import check_openai_server
 from . import llamacpp, vllm
 from .fakeserver import fake_server
+from .process import running
 
 #: The simulated engine: 50 ms prefill, 30 ms per decode step, +10 ms per extra stream in a step.
 SIMULATED: dict[str, Any] = {"prefill_s": 0.05, "step_s": 0.03, "batch_cost_s": 0.01}
@@ -62,21 +63,15 @@ def measured_server(vllm_args: list[str] | None = None, engine: str = "auto",
         model = settings.served_model() or check_openai_server(url)[0]
         yield Target(url, model, f"your server at {url}", "external")
     elif engine in ("auto", "vllm") and vllm.vllm_available():
-        server = vllm.start_vllm(extra=vllm_args, **vllm_kwargs)
-        try:
+        with running(vllm.start_vllm, extra=vllm_args, **vllm_kwargs) as server:
             yield Target(server.url, server.model, "vLLM (CPU build)", "vllm", server.dtype,
                          server.startup_s, server.log)
-        finally:
-            vllm.stop(server)
     elif engine == "vllm" or (engine == "auto" and vllm.vllm_required()):
         raise RuntimeError(f"vLLM cannot run here: {vllm.unavailable_reason()}")
     elif engine in ("auto", "llamacpp") and llamacpp.llamacpp_available():
-        server = llamacpp.start_llamacpp(**(llamacpp_args or {}))
-        try:
+        with running(llamacpp.start_llamacpp, **(llamacpp_args or {})) as server:
             yield Target(server.url, server.model, "llama.cpp (llama-server)", "llamacpp", server.dtype,
                          server.startup_s, server.log)
-        finally:
-            llamacpp.stop(server)
     elif engine == "llamacpp":
         raise RuntimeError(f"llama.cpp cannot run here: {llamacpp.unavailable_reason()}")
     else:

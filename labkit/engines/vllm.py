@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import REPO
-from . import prometheus
-from .process import Server, free_port, guarded, spawn, stop, wait_ready
+from . import process, prometheus
+from .process import Server, free_port, guarded, stop, wait_ready
 
 __all__ = ["Server", "free_port", "start_vllm", "stop", "vllm_available", "vllm_server", "wait_ready"]
 
@@ -142,33 +142,19 @@ def start_vllm(model_dir: str | Path | None = None, port: int | None = None, ser
 
         model_dir = llm_dir(dtype)
     port = port or free_port()
-    if log_path is None:
-        from ..settings import cache_dir
-
-        log_path = cache_dir() / f"vllm-{port}.log"
-    log_path = Path(log_path)
     cmd = vllm_command(model_dir, port, served_name, max_model_len, dtype, threads=threads, extra=extra)
     # SIGTERM when this process dies: vLLM then stops its own engine process too.
-    proc = spawn(cmd, log_path, vllm_env(threads, kv_cache_gib), "vllm", port, signal.SIGTERM)
-    server = Server(url=f"http://127.0.0.1:{port}", pid=proc.pid, log=log_path, model=served_name, proc=proc,
-                    dtype=dtype, engine="vllm")
-    try:
-        server.startup_s = wait_ready(server, ready_timeout_s, "vLLM")
-    except BaseException:
-        stop(server)
-        raise
-    return server
+    return process.start(cmd, port, "vllm", served_name, dtype, log_path=log_path,
+                         env=vllm_env(threads, kv_cache_gib), death_signal=signal.SIGTERM,
+                         ready_timeout_s=ready_timeout_s, name="vLLM")
 
 
 @contextlib.contextmanager
 def vllm_server(**kwargs: Any) -> Iterator[str]:
     """``with vllm_server() as url:`` the base URL of a ready vLLM server, stopped on exit.
     Arguments as :func:`start_vllm`."""
-    server = start_vllm(**kwargs)
-    try:
+    with process.running(start_vllm, **kwargs) as server:
         yield server.url
-    finally:
-        stop(server)
 
 
 def scrape_metrics(base_url: str, prefix: str = "vllm:") -> dict[str, float]:

@@ -165,7 +165,8 @@ def safe_load(path: str | Path) -> tuple[bool, str]:
 
 @functools.lru_cache(maxsize=2)
 def _gguf_reader(path: str):
-    """Parsing a GGUF header takes seconds in Python (the tokenizer's 49k strings): parse once."""
+    """``gguf.GGUFReader`` of ``path`` (for tensor data: :func:`gguf_tensor`). Opening it takes
+    seconds in Python (the tokenizer's 49k strings): open once."""
     import gguf
 
     return gguf.GGUFReader(path)
@@ -174,26 +175,25 @@ def _gguf_reader(path: str):
 def gguf_summary(path: str | Path) -> dict[str, Any]:
     """Tensors of a GGUF file grouped by type: ``{"types": {type name: {"tensors", "params",
     "bytes", "block_size", "block_bytes", "bits_per_weight"}}, "params", "bytes", "metadata":
-    {key: value} for the scalar ``general.*`` and architecture keys}`` (read with ``gguf``)."""
+    {key: value} for the scalar ``general.*`` and architecture keys}``. Read from the header alone
+    (:func:`labkit.llm.gguf_header.read_header`, milliseconds; ``gguf.GGUFReader`` takes seconds),
+    with the ``gguf`` package's block sizes."""
     import gguf
 
-    reader = _gguf_reader(str(path))
+    from .gguf_header import read_header
+
+    header = read_header(path)
     types: dict[str, dict[str, Any]] = collections.defaultdict(
         lambda: {"tensors": 0, "params": 0, "bytes": 0})
-    for t in reader.tensors:
-        row = types[t.tensor_type.name]
-        block, block_bytes = gguf.GGML_QUANT_SIZES[t.tensor_type]
+    for t in header.tensors:
+        row = types[t.type]
+        block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t.type]]
         row.update(block_size=block, block_bytes=block_bytes, bits_per_weight=8 * block_bytes / block)
         row["tensors"] += 1
-        row["params"] += int(t.n_elements)
-        row["bytes"] += int(t.n_bytes)
-    meta = {}
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer.") or key.startswith("GGUF."):
-            continue
-        value = field.contents()
-        if isinstance(value, str | int | float):
-            meta[key] = value
+        row["params"] += t.params
+        row["bytes"] += t.bytes
+    meta = {k: v for k, v in header.metadata.items()
+            if not k.startswith("tokenizer.") and isinstance(v, str | int | float)}
     return {"types": dict(types), "params": sum(r["params"] for r in types.values()),
             "bytes": sum(r["bytes"] for r in types.values()), "metadata": meta}
 

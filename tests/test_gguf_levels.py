@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from labkit.engines import gguf_levels as GL
-from labkit.engines import llamacpp
 from labkit.llm import gguf_header
 
 
@@ -135,14 +134,6 @@ def test_level_files_are_made_once_into_the_cache(monkeypatch, tmp_path) -> None
     files = GL.level_files(("F16", "Q4_0"), src=src, folder=tmp_path / "cache")
     assert list(files) == ["Q4_1", "F16", "Q4_0"] and files["Q4_1"] == src
     assert files["Q4_0"].name == "model.Q4_1-Q4_0.gguf" and made == ["F16", "Q4_0"]
-
-
-@pytest.fixture(scope="module")
-def tools() -> None:
-    if not llamacpp.llamacpp_available():
-        if llamacpp.llamacpp_required():
-            pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
-        pytest.skip(llamacpp.unavailable_reason())
 
 
 def test_measure_the_bundled_level(tools) -> None:

@@ -50,3 +50,21 @@ def test_bad_budget_inputs_raise():
 def test_plot_budget():
     axes = coldstart.plot_budget(coldstart.gpu_replica_budget(QWEN_BF16, 30.0))
     assert len(axes) == 2 and len(axes[1].patches) == 5
+
+
+def test_budget_table_and_engine_start():
+    rows = coldstart.budget_table(coldstart.gpu_replica_budget(QWEN_BF16, 30.0))
+    assert [r["phase"] for r in rows][:2] == ["node", "image pull"] and rows[2]["probe"] == "yes"
+    assert all(r["low_s"] <= r["typical_s"] <= r["high_s"] for r in rows)
+    assert coldstart.engine_start(28.0, 2.5) == pytest.approx(25.5)
+    assert coldstart.engine_start(28.0) == 28.0  # no weight phase logged: the whole start
+
+
+def test_probe_budget_is_read_from_the_generated_manifest():
+    from labkit.llm.architecture import load_config
+
+    docs = deploy.manifests("Qwen/Qwen3-4B", load_config("Qwen3-4B"), gpu="L4")
+    assert deploy.startup_budget_s(docs) == deploy.COLD_START_S
+    assert deploy.probe_budget_s({}) == 30  # Kubernetes' defaults: 3 failures 10 s apart
+    phases = coldstart.gpu_replica_budget(QWEN_BF16, engine_start_s=30.0)
+    assert coldstart.probe_covers(phases, deploy.startup_budget_s(docs))["covers_high"]

@@ -37,3 +37,47 @@ def test_crossover_sentence_says_what_the_table_says():
     assert s == ("this machine costs less than dear ($15/1M out) above 2,668 requests/day, and never costs "
                  "less than cheap ($0.1/1M out) at any traffic.")
     assert "never" not in cost_compare.crossover_sentence("x", {"dear": 10.0}, prices)
+
+
+def test_roofline_prefill_is_two_flops_per_parameter_at_peak():
+    from labkit.hardware.catalog import ACCELERATORS
+    from labkit.llm.architecture import load_config, param_count
+
+    q, h100 = load_config("Qwen3-4B"), ACCELERATORS["H100 SXM"]
+    s = cost_compare.roofline_prefill_s_per_token(q, h100)
+    assert s == pytest.approx(2 * param_count(q)["total"] / (h100.tflops["bf16"] * 1e12))
+    assert 1e-6 < s < 1e-4  # a few microseconds of an H100 per prompt token
+
+
+def test_matched_tier_by_size_class():
+    prices = cost.load_prices()["api"]
+    name, why = cost_compare.matched_tier(4.02e9, prices)
+    assert name == "api-open-small" and "within" in why
+    name, why = cost_compare.matched_tier(135e6, prices)
+    assert name == "api-open-small" and "no API sells" in why
+    with pytest.raises(ValueError, match="no tier"):
+        cost_compare.matched_tier(70e9, prices)
+
+
+def test_prompts_counted_on_both_sides_move_the_crossover():
+    # a replica that prefills fast: long prompts cost the API more than the replica, so dedicated wins sooner
+    tier = {"input_per_mtok": 0.05, "output_per_mtok": 0.10}
+    gpu, curve = {"per_gpu_hour": 0.08}, {1: 15.0, 8: 70.0}
+    rows = cost_compare.crossover_sensitivity([50, 4000], [0.7], 40, tier, gpu, curve, slo_concurrency=8,
+                                              prefill_s_per_token=0.00017)
+    short, long = (r["crossover_rpd"] for r in rows)
+    assert math.isinf(short) and math.isfinite(long)
+    cases = {"m": (gpu, curve, 8, 0.00017), "n": (gpu, curve, 8), "slow prefill": (gpu, curve, 8, 0.01)}
+    table, x = cost.crossover_table(cases, {"t": tier}, 4000, 40)
+    assert x[("m", "t")] == pytest.approx(long, rel=1e-3) and x[("n", "t")] <= x[("m", "t")]
+    assert math.isinf(x[("slow prefill", "t")]) and table[2]["t ($0.1/1M out)"] == "never"
+
+
+def test_plot_sensitivity():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rows = [{"input_tokens": i, "utilization": u, "crossover_rpd": math.inf if i < 100 else 1e4 * u}
+            for i in (50, 500, 5000) for u in (0.5, 0.9)]
+    ax = cost_compare.plot_sensitivity(rows)
+    assert len(ax.lines) == 2

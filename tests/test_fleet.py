@@ -323,3 +323,48 @@ def test_manifest_config_is_what_deploy_says():
     assert (c.down_pods, c.down_period_s, c.grace_s) == (1, 120, deploy.GRACE_S)
     with pytest.raises(ValueError, match="signal"):
         fleet.ScalerConfig(second=("latency", 1.0))
+
+
+def test_manifest_policy_cuts_the_burst_with_a_pool_or_int4_at_gpu_cold_starts():
+    # chapter 08's burst with the itemized GPU cold start (about 7 min): under the manifest's autoscaler a
+    # warm pool of 1 and int4 weights (a 30 s shorter weight read) each cut late or dropped requests on
+    # every seed
+    from labkit.production import coldstart
+    from labkit.production.traces import burst_hold_s
+
+    for service_s, engine_s in ((28.0, 12.0), (55.0, 45.0)):
+        cold, cold4 = (coldstart.budget_total(coldstart.gpu_replica_budget(b * 4.02e9, engine_s))
+                       for b in (2, 0.5))
+        assert cold > 5 * 60 and cold - cold4 == pytest.approx(1.5 * 4.02e9 / 200e6)
+        hold = burst_hold_s(cold, service_s)
+        assert hold == 3 * cold
+        m = dict(running_target=6, queue_target=2, min_replicas=2, max_replicas=24)
+        trial = {"plain": fleet.ScalerConfig.manifest(**m, cold_start_s=cold),
+                 "pool": fleet.ScalerConfig.manifest(**m, cold_start_s=cold, warm_pool=1),
+                 "int4": fleet.ScalerConfig.manifest(**m, cold_start_s=cold4)}
+        runs = fleet.over_seeds(lambda s, h=hold, t=service_s: fleet.burst_trace(8, t, hold_s=h, seed=s),
+                                trial, range(5), service_s=service_s, slots_per_replica=8,
+                                slo_s=service_s + 30, max_wait_s=120)
+        hurt = {k: [r["late"] + r["dropped"] for r in rs] for k, rs in runs.items()}
+        for k in ("pool", "int4"):
+            assert fleet.seed_verdict(hurt["plain"], hurt[k])["held"], (service_s, k, hurt)
+
+
+def test_manifest_policy_beats_queue_depth_alone_on_a_day():
+    # the chapter's day: a fleet averaging 2.5 replicas, GPU cold starts of 7 min
+    arr = fleet.day_trace(2.5 * 8 / 36.0, seed=0)
+    served = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120, horizon_s=24 * 3600)
+    naive = fleet.simulate_fleet(arr, config=fleet.ScalerConfig(signal="waiting", target=2, max_replicas=24,
+                                                                cold_start_s=420), **served)
+    manifest = fleet.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)
+    hpa = fleet.simulate_fleet(arr, config=manifest, **served)
+    assert hpa["late"] + hpa["dropped"] < 0.2 * (naive["late"] + naive["dropped"])
+    assert hpa["gpu_hours"] < naive["gpu_hours"] and hpa["accounted"] and naive["accounted"]
+
+
+def test_burst_hold_bad_input():
+    from labkit.production.traces import burst_hold_s
+
+    assert burst_hold_s(60, 30) == 1200
+    with pytest.raises(ValueError):
+        burst_hold_s(0, 30)

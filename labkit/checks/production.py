@@ -29,13 +29,15 @@ def continuous_beats_static(v: Values) -> tuple[bool, str]:
     return lo > 1.0, f"{med:.2f}x at the median continuous run, {lo:.2f}x at the slowest"
 
 
-@rule("production", "the simulator predicted the measured continuous throughput (fastest run) within "
-      f"{SIM_TOLERANCE:.0%}",
+@rule("production", "the simulator predicted the measured continuous throughput within "
+      f"{SIM_TOLERANCE:.0%} (median of the rounds, each against its own calibration)",
       needs=("sim_error_pct",),
-      # commit 1c77856: a fresh-clone run with median calibrations missed by -42%. The reference is the
-      # fastest continuous run, as the calibrations are the fastest: with three runs instead of five, the
-      # median of the 14:11 run (85.5, 90.4, 113.1 tok/s) sat 25% below a simulator that matched the fastest
-      fails_on={"sim_error_pct": -42.0}, holds_on={"sim_error_pct": 0.0})      # 14:11 run, vs its fastest
+      # stop 26: judged fastest calibration (of 5) against fastest continuous run (of 3), with the step at 8
+      # extrapolated from 1 and 4, it missed by +43% and +40% in 2 of 6 runs (spread -23% to +43%). Per round,
+      # with a step measured at 8, six rounds at 20:12 gave -8, -2, 0, -8, +9, -15% (median -5%), while the
+      # 1-and-4 extrapolation gave -15, -8, -14, -11, +11, -36%. Failing input: commit 1c77856's fresh-clone
+      # run, -42%, a simulator whose steps were a slow calibration's
+      fails_on={"sim_error_pct": -42.0}, holds_on={"sim_error_pct": -5.0})
 def simulator_calibrated(v: Values) -> tuple[bool, str]:
     e = v["sim_error_pct"]
     return abs(e) <= 100 * SIM_TOLERANCE, f"{e:+.0f}%"
@@ -58,7 +60,7 @@ def simulator_ratio(v: Values) -> tuple[bool, str]:
 def _seeds(v: Values, prefix: str) -> tuple[bool, str]:
     n, loaded, cut = v[f"{prefix}_seeds"], v[f"{prefix}_seeds_loaded"], v[f"{prefix}_seeds_cut"]
     ok = n >= 5 and loaded == n and cut == n
-    return ok, (f"the plain autoscaler hurt requests on {loaded} of {n} seeds; the change cut them on {cut}"
+    return ok, (f"the autoscaler alone hurt requests on {loaded} of {n} seeds; the change cut them on {cut}"
                 + (f" (mean cut {v[f'{prefix}_cut_mean']:.0f})" if f"{prefix}_cut_mean" in v else ""))
 
 
@@ -113,3 +115,22 @@ def llamacpp_metrics_read(v: Values) -> tuple[bool, str]:
     ratio, waiting = v["llamacpp_server_over_client_tokens"], v["llamacpp_max_waiting"]
     return abs(ratio - 1) <= 0.02 and waiting >= 1, (f"server/client tokens {ratio:.3f}; up to {waiting:.0f} "
                                                     "requests queued")
+
+
+@rule("production", "on the same simulated day, the manifest's autoscaler (running requests with queue "
+      "depth second, the HPA's tolerance, sync, scrape and behaviour, the pods' grace period) left fewer "
+      "requests late or dropped than scaling on queue depth alone, on no more replica-hours",
+      needs=("hpa_manifest_hurt", "hpa_naive_hurt", "hpa_manifest_gpu_hours", "hpa_naive_gpu_hours"),
+      # deploy/k8s before issue 21 scaled on queue depth alone: the manifest's policy was the naive one, and
+      # its figures were the naive policy's (2026-12-01 trial, seed 0, 420 s cold start: 16221 late + 10566
+      # dropped, 431.3 replica-hours)
+      fails_on={"hpa_manifest_hurt": 26787, "hpa_naive_hurt": 26787, "hpa_manifest_gpu_hours": 431.3,
+                "hpa_naive_gpu_hours": 431.3},
+      # the same trial with the manifest's policy: 1684 late + 63 dropped on 144.5 replica-hours
+      holds_on={"hpa_manifest_hurt": 1747, "hpa_naive_hurt": 26787, "hpa_manifest_gpu_hours": 144.5,
+                "hpa_naive_gpu_hours": 431.3})
+def manifest_autoscaler(v: Values) -> tuple[bool, str]:
+    m, n = v["hpa_manifest_hurt"], v["hpa_naive_hurt"]
+    hm, hn = v["hpa_manifest_gpu_hours"], v["hpa_naive_gpu_hours"]
+    return m < n and hm <= hn, (f"late or dropped {m:.0f} vs {n:.0f} on queue depth alone; replica-hours "
+                                f"{hm:.1f} vs {hn:.1f}")

@@ -218,6 +218,20 @@ def budget_total(phases: list[Phase], which: str = "seconds", in_probe: bool | N
     return float(sum(getattr(p, which) for p in phases if in_probe is None or p.in_probe == in_probe))
 
 
+def budget_table(phases: list[Phase]) -> list[dict[str, Any]]:
+    """The phases as table rows: ``phase``, ``typical_s``, ``low_s``, ``high_s``, ``kind``, ``probe``
+    (whether the startup probe must cover it) and ``source``."""
+    return [{"phase": p.name, "typical_s": p.seconds, "low_s": p.low, "high_s": p.high, "kind": p.kind,
+             "probe": "yes" if p.in_probe else "no", "source": p.source} for p in phases]
+
+
+def engine_start(startup_s: float, weights_s: float = float("nan")) -> float:
+    """The measured engine start for :func:`gpu_replica_budget` (s): a server's process start to
+    ``/health`` (``startup_s``), less the weight loading it logged (``weights_s``, from
+    :func:`vllm_phases`; NaN when unknown), which the budget counts apart from storage bandwidth."""
+    return startup_s - (weights_s if weights_s == weights_s else 0.0)
+
+
 def sensitivity(phases: list[Phase]) -> list[dict[str, Any]]:
     """Each phase moved alone to its low and to its high: the total cold start then (s), widest first."""
     typical = budget_total(phases)

@@ -298,22 +298,22 @@ def roofline_curve(config: dict[str, Any], gpu: Accelerator, batches: tuple[int,
     return {b: b / step_s(b) for b in batches}
 
 
-Case = tuple[dict[str, Any], dict[int, float], int]
+Case = tuple[Any, ...]  # (gpu price entry, throughput curve, concurrency[, prefill s per prompt token])
 
 
 def crossover_table(cases: dict[str, Case], tiers: dict[str, Any], input_tokens: float,
                     output_tokens: float) -> tuple[list[dict[str, Any]], dict[tuple[str, str], float]]:
-    """Rows for a table, one per case ``name: (gpu price entry, throughput curve, concurrency)``: its
-    $ per hour, $ per 1M output tokens when fully used, and the :func:`crossover` (requests/day, or
-    "never") against each API tier of ``tiers``. Also returns ``{(case, tier): requests/day}``."""
+    """Rows for a table, one per case ``name: (gpu price entry, throughput curve, concurrency[, prefill s per
+    prompt token])``: its $/hour, $ per 1M output tokens fully used (decode only), the :func:`crossover`
+    (requests/day or "never", prompts counted) against each tier. Also ``{(case, tier): requests/day}``."""
     rows, crossings = [], {}
-    for case, (gpu, curve, conc) in cases.items():
+    for case, (gpu, curve, conc, *pre) in cases.items():
         replica_tok_s = capacity(curve, conc)[1]
         row = {"replica": case.split(" (")[0], "$/h": f"{gpu['per_gpu_hour']:.2f}",
                "$/1M out, fully used": f"{gpu['per_gpu_hour'] / (replica_tok_s * 3600 / 1e6):.3f}"}
         for name, tier in tiers.items():
             x = crossings[(case, name)] = crossover(input_tokens, output_tokens, tier, gpu, curve,
-                                                    slo_concurrency=conc)
+                                                    slo_concurrency=conc, prefill_s_per_token=sum(pre))
             label = f"{name} (${tier['output_per_mtok']:g}/1M out)"
             row[label] = "never" if math.isinf(x) else f"{x:,.0f}/day"
         rows.append(row)

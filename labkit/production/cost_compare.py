@@ -25,10 +25,12 @@ def naive_break_even(input_tokens: float, output_tokens: float, tier: dict[str, 
 
 def api_over_dedicated(requests_per_day: float, input_tokens: float, output_tokens: float,
                        tier: dict[str, Any], gpu: dict[str, Any], curve: dict[int, float],
-                       slo_concurrency: int | None = None) -> float:
-    """The API's monthly bill ÷ the dedicated fleet's (:func:`~labkit.production.cost.monthly_costs`)
-    at ``requests_per_day``: above 1 dedicated is that many times cheaper."""
-    c = monthly_costs(requests_per_day, input_tokens, output_tokens, tier, gpu, curve, slo_concurrency)
+                       slo_concurrency: int | None = None, **kwargs: Any) -> float:
+    """The API's monthly bill ÷ the dedicated fleet's (:func:`~labkit.production.cost.monthly_costs`,
+    ``kwargs`` to it, e.g. ``prefill_s_per_token``) at ``requests_per_day``: above 1 dedicated is that
+    many times cheaper."""
+    c = monthly_costs(requests_per_day, input_tokens, output_tokens, tier, gpu, curve, slo_concurrency,
+                      **kwargs)
     return c["api_usd"] / c["dedicated_usd"]
 
 
@@ -60,3 +62,54 @@ def crossover_sensitivity(input_tokens: list[float], utilizations: list[float], 
              "crossover_rpd": cost.crossover(i, output_tokens, tier, gpu, throughput_curve, points=400,
                                         utilization_target=u, **kwargs)}
             for i in input_tokens for u in utilizations]
+
+
+def roofline_prefill_s_per_token(config: dict[str, Any], gpu: Any, dtype: str = "bf16") -> float:
+    """Seconds of a replica's time per prompt token on a GPU you do not have: prefill is compute-bound,
+    2 x params FLOPs per token at the datasheet's ``gpu.tflops[dtype]`` (an upper bound on its speed, as
+    :func:`~labkit.production.cost.roofline_curve` is for decode)."""
+    from ..hardware.roofline import forward_flops
+    from ..llm.architecture import param_count
+
+    return forward_flops(param_count(config)["total"], 1) / (gpu.tflops[dtype] * 1e12)
+
+
+def matched_tier(params: float, tiers: Mapping[str, dict[str, Any]]) -> tuple[str, str]:
+    """The API tier of comparable quality for a model of ``params`` parameters, and why: among the
+    tiers that sell open-weight models (``open_params_b``: [lo, hi] billions, data/prices.json), the one
+    whose range holds it; a model below every range gets the cheapest such tier (no API sells one that
+    small, and that tier's models are stronger, so dedicated must beat at least it). ``ValueError``
+    when no tier fits (a larger model needs a tier with its size class added)."""
+    b = params / 1e9
+    open_tiers = {n: t for n, t in tiers.items() if "open_params_b" in t}
+    for name, t in open_tiers.items():
+        lo, hi = t["open_params_b"]
+        if lo <= b <= hi:
+            return name, (f"{b:.1f} B parameters is within {name}'s {lo:g}-{hi:g} B open-weight models: "
+                          "the same class of model, sold per token")
+    below = [n for n, t in open_tiers.items() if b < t["open_params_b"][0]]
+    if not below:
+        raise ValueError(f"no tier in {list(tiers)} sells open models of {b:.1f} B parameters")
+    name = min(below, key=lambda n: open_tiers[n]["output_per_mtok"])
+    lo, hi = open_tiers[name]["open_params_b"]
+    return name, (f"no API sells a {b:.2f} B model; {name} ({lo:g}-{hi:g} B open-weight models) is the "
+                  "cheapest tier and its models are stronger, so dedicated has to beat at least it")
+
+
+def plot_sensitivity(rows: list[dict[str, Any]], ax: Any = None, title: str = "") -> Any:
+    """:func:`crossover_sensitivity`'s rows: crossover (requests/day, log) against prompt tokens (log),
+    one line per utilization target; where dedicated never wins the line has no point. Returns the Axes."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if ax is None:
+        ax = plt.subplots(figsize=(6, 3.5))[1]
+    for u in sorted({r["utilization"] for r in rows}):
+        pts = sorted((r["input_tokens"], r["crossover_rpd"]) for r in rows if r["utilization"] == u)
+        x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts], float)
+        y[~np.isfinite(y)] = np.nan
+        ax.plot(x, y, "o-", ms=3, label=f"utilization target {u:.0%}")
+    ax.set(xscale="log", yscale="log", xlabel="prompt tokens per request", ylabel="crossover (requests/day)",
+           title=title or "where dedicated becomes cheaper (no point: never)")
+    ax.legend(fontsize=8)
+    return ax

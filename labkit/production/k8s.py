@@ -74,6 +74,13 @@ def default_running_target(concurrency: int) -> float:
     return max(1.0, round(0.75 * concurrency))
 
 
+def probe_budget_s(probe: dict[str, Any]) -> float:
+    """Seconds a startup probe lets a container take before the kubelet restarts it:
+    ``initialDelaySeconds + failureThreshold x periodSeconds`` (Kubernetes' defaults 0, 3 and 10)."""
+    return float(probe.get("initialDelaySeconds", 0)
+                 + probe.get("failureThreshold", 3) * probe.get("periodSeconds", 10))
+
+
 def pods_metric(name: str, target: float) -> dict[str, Any]:
     return {"type": "Pods", "pods": {"metric": {"name": name},
                                      "target": {"type": "AverageValue", "averageValue": quantity(target)}}}

@@ -61,3 +61,13 @@ def burst_trace(slots_per_replica: int, service_s: float, base: float = 1.0, ext
     rates = [base * cap, front, (base + extra) * cap, base * cap]
     starts = [0.0, start_s, start_s + front_s, start_s + hold_s]
     return arrivals.piecewise(starts, rates, start_s + hold_s + after_s, seed)
+
+
+def burst_hold_s(cold_start_s: float, service_s: float) -> float:
+    """How long chapter 08's burst holds (s): the longest of 20 minutes, 3 cold starts and 4 request
+    times. The manifest's autoscaler asks for the replicas a burst needs within a few minutes (at most
+    2 pods or double per minute), they serve a cold start later and must then clear the backlog; a burst
+    shorter than that would end before the fleet caught up, and compare nothing but the cold start."""
+    if not (cold_start_s > 0 and service_s > 0):
+        raise ValueError(f"need cold_start_s > 0 and service_s > 0, got {cold_start_s=}, {service_s=}")
+    return max(1200.0, 3 * cold_start_s, 4 * service_s)

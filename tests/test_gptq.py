@@ -1,5 +1,7 @@
 """GPTQ (chapter 06) against direct reconstruction-error computations on small layers."""
 
+import math
+
 import pytest
 import torch
 
@@ -109,3 +111,74 @@ def test_autogptq_explains_why_it_cannot_run_without_cuda():
     with pytest.raises(RuntimeError, match="CUDA") as e:
         G.autogptq_quantize("Qwen/Qwen2.5-1.5B")
     assert "gptqmodel" in str(e.value) and "gptq_quantize_model" in str(e.value)
+
+
+def test_damping_rises_tenfold_until_the_cholesky_succeeds():
+    _, x = correlated_layer(seed=5, n_in=64, tokens=8)  # 8 tokens, 64 inputs: H has rank 8
+    h = 2 * x.t() @ x / 8
+    assert G.hessian_rank(h) == 8
+    _, used = G.damped_cholesky(h, damp=1e-8)
+    assert used > 1e-8 and math.log10(used / 1e-8) == pytest.approx(round(math.log10(used / 1e-8)))
+    x_full = correlated_layer(seed=5, n_in=64, tokens=512)[1]
+    full = 2 * x_full.t() @ x_full
+    assert G.hessian_rank(full + torch.eye(64)) == 64 and G.damped_cholesky(full, 0.01)[1] == 0.01
+    info: dict = {}
+    w = torch.randn(16, 64)
+    G.gptq_quantize_weight(w, h, 4, 32, damp=1e-8, info=info)
+    assert info["damp"] == used  # the weight's quantization used what damped_cholesky needed
+    with pytest.raises(torch.linalg.LinAlgError):
+        G.damped_cholesky(-torch.eye(4), 0.01)  # no damping of a negative-definite matrix helps
+
+
+def _mixed_attention_model():
+    """A tiny Qwen2 whose first layer attends within a sliding window of 4 tokens, its second fully."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      layer_types=["sliding_attention", "full_attention"], sliding_window=4,
+                      use_sliding_window=True, max_window_layers=0)
+    cfg._attn_implementation = "eager"
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+def _masks_seen(model, run):
+    """The attention mask each decoder layer is called with while ``run()`` runs."""
+    seen: dict[int, list] = {0: [], 1: []}
+
+    def keep(i):
+        return lambda _m, _a, kw: seen[i].append(kw["attention_mask"].clone())
+
+    hooks = [layer.register_forward_pre_hook(keep(i), with_kwargs=True)
+             for i, layer in enumerate(model.model.layers)]
+    try:
+        run()
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def test_each_layer_is_calibrated_with_its_own_attention_mask(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    model = _mixed_attention_model()
+    calib = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+    first, kwargs = G.layer_inputs(model, model.model.layers, calib)
+    assert len(first) == 2 and [len(k) for k in kwargs] == [2, 2]
+    sliding, full = kwargs[0][0]["attention_mask"], kwargs[1][0]["attention_mask"]
+    assert int((sliding == 0).sum()) < int((full == 0).sum())  # the window hides tokens a full layer sees
+    with torch.no_grad():
+        plain = _masks_seen(model, lambda: model(calib[:1], use_cache=False))
+    report: dict = {}
+    kw = dict(bits=4, group_size=32, progress=False, rank_layers=(1,))
+    during = _masks_seen(model, lambda: G.gptq_quantize_model(model, calib, report=report, **kw))
+    for i in (0, 1):  # every call GPTQ makes to layer i carries the mask the model itself gives layer i
+        assert during[i] and all(torch.equal(m, plain[i][0]) for m in during[i])
+    assert not torch.equal(plain[0][0], plain[1][0])
+    assert report["tokens"] == 24 and all(r["damp"] == 0.01 for n, r in report.items() if n != "tokens")
+    ranked = {n for n, r in report.items() if n != "tokens" and "rank" in r}
+    assert ranked and all(n.startswith("model.layers.1.") for n in ranked)
+    again: dict = {}
+    G.gptq_quantize_model(_mixed_attention_model(), calib, report=again, **kw)
+    assert again == report  # the report comes back with the cached tensors

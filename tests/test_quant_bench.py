@@ -67,7 +67,7 @@ def test_layer_weights_copy_float_and_dequantize_quantized_layers(model):
 def base(model, ev):
     reference = [torch.cat([ev[0, :8], ev[0, 8:12]])]  # any sequence works as a reference
     prompt = torch.randint(0, 256, (1, 10), generator=torch.Generator().manual_seed(2))
-    return QB.Baseline(model, ev, P.window_logits(model, ev), reference, 4, prompt)
+    return QB.Baseline(model, ev, QB.eval_logits(model, ev), reference, 4, prompt)
 
 
 def test_a_model_scored_against_itself_diverges_by_nothing(model, base):
@@ -144,7 +144,7 @@ def test_kernel_times_times_every_call():
 def test_risk_ladder_rungs_and_the_model_restored(model, ev):
     ref = P.window_logits(model, ev[:1])
     risk = QB.risk_ladder(model, ev[:1], ref, bits=(8, 4))
-    assert set(risk) == {(s, b) for s in QB.RISK_STEPS[1:] for b in (8, 4)}
+    assert set(risk) == {(s, b) for s in (*QB.RISK_STEPS[1:], QB.KIVI) for b in (8, 4)}
     assert all(r["kl"] > -1e-6 for r in risk.values())  # KL >= 0, up to float32 rounding near 0
     assert risk[("KV cache", 8)]["kl"] < risk[("KV cache", 4)]["kl"]
     assert risk[("activations", 8)]["kl"] < risk[("activations", 4)]["kl"]
@@ -189,3 +189,26 @@ def test_decode_rounds_interleave_and_ratio_interval_and_sentence(model, base):
     assert "slower" in QB.speed_sentence("INT8", "FP32", {"median": 0.8, "lo": 0.7, "hi": 0.9, "n": 5})
     even = {"median": 1.1, "lo": 0.9, "hi": 1.2, "n": 5}
     assert "cannot tell apart" in QB.speed_sentence("INT8", "FP32", even)
+
+
+def test_window_perplexities_and_batched_windows(model, ev):
+    one_by_one = P.window_logits(model, ev)
+    together = P.window_logits(model, ev, batch_tokens=10_000)  # both windows in one pass
+    assert together.shape == one_by_one.shape and torch.allclose(together, one_by_one, atol=1e-4)
+    assert torch.equal(QB.eval_logits(model, ev), P.window_logits(model, ev, QB.EVAL_BATCH_TOKENS))
+    per = P.window_perplexities(one_by_one, ev)
+    assert len(per) == 2 and per[0] == pytest.approx(P.perplexity_from_logits(one_by_one[:1], ev[:1])["ppl"])
+    pooled = P.perplexity_from_logits(one_by_one, ev)["nll"]  # equal windows: pooled NLL = mean of theirs
+    assert pooled == pytest.approx(sum(math.log(p) for p in per) / 2, rel=1e-5)
+
+
+def test_a_quantized_kv_cache_at_long_context(model):
+    ids = torch.randint(0, 256, (1, 96), generator=torch.Generator().manual_seed(3))
+    kv = QB.kv_cache_long_context(model, ids[:, :64], ids[:, 64:])
+    labels = {"INT8, prefix only", *QB.KV_VARIANTS}
+    assert set(kv) == labels | {"bytes"} and kv["bytes"]["q_bytes"] < kv["bytes"]["fp_bytes"]
+    assert all(kv[k]["kl"] > -1e-6 for k in labels)
+    assert kv["INT8, prefix and continuation"]["kl"] < kv["INT4 per token"]["kl"]
+    assert kv["INT8, prefix only"]["kl"] != kv["INT8, prefix and continuation"]["kl"]  # the new tokens count
+    with torch.inference_mode():  # nothing stays rounded: the plain model scores as before
+        assert model.config._attn_implementation == "sdpa" and torch.isfinite(model(ids).logits).all()

@@ -23,15 +23,16 @@ CH = "optimization"
 
 # ---- quantization -------------------------------------------------------------------------------
 
-# fails_on: GPTQ overfitting its tiny calibration set and losing to RTN on held-out text (why the chapter
-# damps with 10% of the mean diagonal rather than the paper's 1%)
-@rule(CH, "GPTQ beats round-to-nearest at INT4 on held-out perplexity",
-      needs=("ppl_int4_gptq", "ppl_int4_rtn"),
-      fails_on={"ppl_int4_gptq": 24.9, "ppl_int4_rtn": 24.1},
-      holds_on={"ppl_int4_gptq": 21.6, "ppl_int4_rtn": 24.1})
+# fails_on: GPTQ losing to RTN on held-out text on some windows (ratio interval reaching above 1), as a
+# GPTQ fitted to too few calibration tokens can (illustrative figures). holds_on: 1536 calibration tokens,
+# damping 0.01, 12 held-out windows of 160 tokens (GPTQ lower in 12 of 12 windows)
+@rule(CH, "GPTQ beats round-to-nearest at INT4 on held-out perplexity, pooled and window by window",
+      needs=("ppl_int4_gptq", "ppl_int4_rtn", "gptq_over_rtn_ppl.hi"),
+      fails_on={"ppl_int4_gptq": 50.1, "ppl_int4_rtn": 53.6, "gptq_over_rtn_ppl.hi": 1.04},
+      holds_on={"ppl_int4_gptq": 40.9, "ppl_int4_rtn": 53.6, "gptq_over_rtn_ppl.hi": 0.83})
 def gptq_beats_rtn(v: Values) -> tuple[bool, str]:
-    g, r = v["ppl_int4_gptq"], v["ppl_int4_rtn"]
-    return g < r, f"GPTQ {g:.2f} vs RTN {r:.2f}"
+    g, r, hi = v["ppl_int4_gptq"], v["ppl_int4_rtn"], v["gptq_over_rtn_ppl.hi"]
+    return g < r and hi < 1, f"GPTQ {g:.2f} vs RTN {r:.2f}; per-window GPTQ/RTN at most {hi:.3f} (needs < 1)"
 
 
 # fails_on: a layer-wise error that GPTQ only matches (its compensation did nothing)
@@ -52,13 +53,24 @@ def int8_perplexity(v: Values) -> tuple[bool, str]:
             f"{v['ppl_int8_rtn']:.2f} vs {v['ppl_fp']:.2f} ({v['ppl_int8_rtn'] / v['ppl_fp'] - 1:+.1%})")
 
 
-# fails_on: a 4-bit KV cache per tensor, which changes the next token about every sixth position
-@rule(CH, "an INT8 KV cache keeps the next token at long context",
+# fails_on: the cache rounded to 4 bits per token instead (measured in this chapter: 75% of 64 positions)
+@rule(CH, "an INT8 KV cache (prefix and the tokens written after it) keeps the next token at long context",
       needs=("kv_int8_same_next_token",),
-      fails_on={"kv_int8_same_next_token": 0.84}, holds_on={"kv_int8_same_next_token": 0.98})
+      fails_on={"kv_int8_same_next_token": 0.75}, holds_on={"kv_int8_same_next_token": 1.0})
 def kv_int8_next_token(v: Values) -> tuple[bool, str]:
     s = v["kv_int8_same_next_token"]
     return s >= 0.9, f"same next token at {s:.0%} of 64 positions (needs >= 90%)"
+
+
+# fails_on: illustrative, a model whose keys have no channels larger than the rest in every token, so a
+# per-channel scale gains nothing; holds_on: SmolLM2-135M after 512 tokens (KL 0.044 against 0.172)
+@rule(CH, "a 4-bit KV cache with per-channel keys (KIVI) stays closer to the exact one than per-token keys",
+      needs=("kv_int4_kivi_kl", "kv_int4_per_token_kl"),
+      fails_on={"kv_int4_kivi_kl": 0.18, "kv_int4_per_token_kl": 0.17},
+      holds_on={"kv_int4_kivi_kl": 0.044, "kv_int4_per_token_kl": 0.172})
+def kv_int4_kivi(v: Values) -> tuple[bool, str]:
+    k, t = v["kv_int4_kivi_kl"], v["kv_int4_per_token_kl"]
+    return k < t, f"KL {k:.4f} (keys per channel) vs {t:.4f} (keys per token) nats/token"
 
 
 # fails_on: per-token activation scales that happen to fit this model's outliers (an unlikely draw)

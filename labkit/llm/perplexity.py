@@ -33,10 +33,14 @@ def token_windows(tok, text: str, window: int = 256, n_windows: int | None = Non
 
 
 @torch.inference_mode()
-def window_logits(model, ids: torch.Tensor) -> torch.Tensor:
-    """Logits ``(n, window, vocab)`` in float32 for each window of ``ids``, one window at a time."""
+def window_logits(model, ids: torch.Tensor, batch_tokens: int | None = None) -> torch.Tensor:
+    """Logits ``(n, window, vocab)`` in float32 for each window of ``ids``: one window per forward
+    pass, or as many as fit ``batch_tokens`` tokens per pass (fewer passes: the fixed cost of each,
+    such as a dequantizing layer rebuilding its weight, is paid less often; 16-bit kernels then round
+    a little differently than one window at a time)."""
     dev = next(model.parameters()).device
-    return torch.stack([model(row[None].to(dev)).logits[0].float().cpu() for row in ids])
+    step = max(1, (batch_tokens or 0) // ids.shape[1])
+    return torch.cat([model(ids[i:i + step].to(dev)).logits.float().cpu() for i in range(0, len(ids), step)])
 
 
 def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor) -> dict:
@@ -45,6 +49,15 @@ def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor) -> dict:
     nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                             ids[:, 1:].reshape(-1).to(logits.device))
     return {"ppl": math.exp(float(nll)), "nll": float(nll), "tokens": int(ids[:, 1:].numel())}
+
+
+def window_perplexities(logits: torch.Tensor, ids: torch.Tensor) -> list[float]:
+    """Perplexity of each window on its own (same scoring as :func:`perplexity_from_logits`), for a
+    spread over windows (:func:`labkit.stats.median_interval`) or a paired comparison of two models
+    window by window (:func:`labkit.stats.ratio_interval`)."""
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:].to(logits.device),
+                                            reduction="none").mean(1)
+    return [math.exp(float(v)) for v in nll]
 
 
 def perplexity(model, ids: torch.Tensor) -> dict:

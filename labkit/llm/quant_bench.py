@@ -85,11 +85,21 @@ def decode_tokens_per_s(model: nn.Module, prompt_ids: torch.Tensor, tokens: int 
     return greedy_decode(model, prompt_ids, tokens, device=str(prompt_ids.device)).tokens_per_s
 
 
+EVAL_BATCH_TOKENS = 2048  # held-out windows scored together, up to this many tokens per forward pass
+
+
+def eval_logits(model: nn.Module, ev: torch.Tensor) -> torch.Tensor:
+    """Logits of ``model`` on held-out windows ``ev``, as :func:`measure_format` scores every format
+    (:func:`~labkit.llm.perplexity.window_logits`, :data:`EVAL_BATCH_TOKENS` per pass): the
+    baseline's logits must come from here too, so that both round alike."""
+    return P.window_logits(model, ev, EVAL_BATCH_TOKENS)
+
+
 @dataclass
 class Baseline:
     """What every format is compared with: the unquantized ``model``, held-out windows ``ev``, its
-    logits on them, reference greedy continuations (``n_new`` generated tokens each) and the
-    prompt ids (1 x P) decode speed is timed on."""
+    logits on them (:func:`eval_logits`), reference greedy continuations (``n_new`` generated tokens
+    each) and the prompt ids (1 x P) decode speed is timed on."""
 
     model: nn.Module
     ev: torch.Tensor
@@ -102,11 +112,13 @@ class Baseline:
 def measure_format(model: nn.Module, base: Baseline, nbytes: int, tok_s: float | None = None,
                    keep_logits: bool = False) -> dict[str, Any]:
     """Score ``model`` (a quantized copy, or ``base.model`` itself) against ``base``: ``ppl``,
-    ``nll``, ``tokens``, ``kl``, ``top1``, ``kl_per_pos`` (:func:`~labkit.llm.perplexity.divergence`),
-    ``agree`` (greedy prefix kept), ``tok_s`` (``tok_s`` if given, else measured), ``linear_bytes``
-    (``nbytes``) and ``logits`` (the first window's first 128 positions if ``keep_logits``, else None)."""
-    logits = base.logits if model is base.model else P.window_logits(model, base.ev)
+    ``nll``, ``tokens``, ``ppl_windows`` (each window's own), ``kl``, ``top1``, ``kl_per_pos``
+    (:func:`~labkit.llm.perplexity.divergence`), ``agree`` (greedy prefix kept), ``tok_s`` (``tok_s``
+    if given, else measured), ``linear_bytes`` (``nbytes``) and ``logits`` (the first window's first
+    128 positions if ``keep_logits``, else None)."""
+    logits = base.logits if model is base.model else eval_logits(model, base.ev)
     r = dict(P.perplexity_from_logits(logits, base.ev), **P.divergence(base.logits, logits))
+    r["ppl_windows"] = P.window_perplexities(logits, base.ev)
     r["agree"] = P.greedy_agreement(model, base.reference, base.n_new)["prefix"]
     r["tok_s"] = tok_s or decode_tokens_per_s(model, base.decode_ids)
     r["linear_bytes"] = nbytes
@@ -137,8 +149,7 @@ def torchao_int8(model: nn.Module) -> tuple[nn.Module, int]:
     return m, nbytes
 
 
-def has_fused_cpu_kernels() -> bool:
-    """Does this torch have the fused weight-only INT8/INT4 CPU matmuls (``torch.ops.aten``)?"""
+def has_fused_cpu_kernels() -> bool:  # the fused weight-only INT8/INT4 CPU matmuls (torch.ops.aten)
     return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
 
 
@@ -186,22 +197,58 @@ def kernel_times(lin: nn.Linear, group: int = 128, device: str = "cpu", repeats:
 
 
 RISK_STEPS = ("weights", "activations", "KV cache", "attention probs")
+KIVI = "KV cache, keys per channel"  # KIVI's layout (Liu et al., 2024), beside the per-token KV rung
 
 
 def risk_ladder(model: nn.Module, ids: torch.Tensor, ref_logits: torch.Tensor,
                 bits: tuple[int, ...] = (8, 4)) -> dict[tuple[str, int], dict]:
     """(step, bits) -> :func:`~labkit.llm.perplexity.divergence` from ``ref_logits`` of ``model`` on
     windows ``ids`` with activations (per token, at every linear input), the KV cache (per token and
-    head) or the attention probabilities (per query row) fake-quantized to ``bits``, one at a time.
-    The weights' rung comes from the quantized models themselves (see :func:`measure_format`)."""
+    head) or the attention probabilities (per query row) fake-quantized to ``bits``, one at a time;
+    ``(KIVI, bits)``: the KV cache with values per token and keys per channel (groups of 32 tokens,
+    :func:`~labkit.llm.quantize.fake_quant_kv_per_channel`), on the same windows. The weights' rung
+    comes from the quantized models themselves (see :func:`measure_format`)."""
     out = {}
     for b in bits:
         with Q.activation_quant(model, b):
             out[("activations", b)] = P.divergence(ref_logits, P.window_logits(model, ids))
         with Q.attention_quant(model, kv_bits=b):
             out[("KV cache", b)] = P.divergence(ref_logits, P.window_logits(model, ids))
+        with Q.attention_quant(model, kv_bits=b, keys_per_channel=True):
+            out[(KIVI, b)] = P.divergence(ref_logits, P.window_logits(model, ids))
         with Q.attention_quant(model, probs_bits=b):
             out[("attention probs", b)] = P.divergence(ref_logits, P.window_logits(model, ids))
+    return out
+
+
+KV_VARIANTS: dict[str, dict[str, Any]] = {  # label -> attention_quant settings for the continuation's pass
+    "INT8, prefix and continuation": {"kv_bits": 8},
+    "INT4 per token": {"kv_bits": 4},
+    "INT4 KIVI (keys per channel)": {"kv_bits": 4, "keys_per_channel": True},
+}
+
+
+@torch.inference_mode()
+def kv_cache_long_context(model: nn.Module, ctx: torch.Tensor, cont: torch.Tensor) -> dict[str, Any]:
+    """A quantized KV cache at long context (chapter 06): ``ctx`` (1 x P) is prefilled and the next
+    tokens ``cont`` (1 x C) are scored through its cache in one pass, every variant with the same
+    eager attention (:func:`~labkit.llm.quantize.attention_quant`), against the unrounded cache.
+    Returns label -> :func:`~labkit.llm.perplexity.divergence`: ``"INT8, prefix only"`` (the prefilled
+    cache rounded once through INT8, the continuation's own keys and values kept exact) and each of
+    :data:`KV_VARIANTS` (every key and value attention reads, prefix and continuation, rounded: what
+    a quantized cache holds while it generates; per token and head, keys per channel for KIVI); and
+    ``"bytes"``: :func:`~labkit.llm.quantize.quantize_cache_`'s byte counts at INT8."""
+    cache = model(ctx, use_cache=True).cache
+
+    def score(c, **kw) -> torch.Tensor:
+        with Q.attention_quant(model, **kw):
+            return model(cont, cache=copy.deepcopy(c)).logits.float().cpu()
+
+    ref, rounded = score(cache), copy.deepcopy(cache)
+    out: dict[str, Any] = {"bytes": Q.quantize_cache_(rounded, bits=8)}
+    out["INT8, prefix only"] = P.divergence(ref, score(rounded))
+    for label, kw in KV_VARIANTS.items():
+        out[label] = P.divergence(ref, score(cache, **kw))
     return out
 
 

@@ -76,7 +76,7 @@ def test_step_costs_take_the_fastest_or_the_median_of_repeated_runs():
         B.step_costs(ones, fours, pick="mean")
 
 
-def test_paired_sim_errors_judge_each_round_by_its_own_calibration():
+def test_paired_rounds_judge_each_round_by_its_own_calibration():
     """A round in the host's slow mode (every step 1.5x) is as predictable as a fast one when it is
     compared with its own calibration; mixing the fast calibration with the slow run is +50% off."""
     from labkit.serving.records import RequestRecord
@@ -93,11 +93,17 @@ def test_paired_sim_errors_judge_each_round_by_its_own_calibration():
         return {"output_throughput": 80 / (11 * step_ms / 1000), "requests": recs}
 
     fast, slow = ({"calibration": cal(ms), "continuous": cont(ms)} for ms in (40.0, 60.0))
-    errors = B.paired_sim_errors([fast, slow], work, batch=8)
+    errors = [r["error"] for r in B.paired_rounds([fast, slow], work, batch=8)]
     assert errors[0] == pytest.approx(errors[1], abs=0.02)
-    mixed = B.paired_sim_errors([{"calibration": fast["calibration"], "continuous": slow["continuous"]}],
-                                work, 8)
-    assert mixed[0] == pytest.approx(errors[1] + 0.5 * (1 + errors[1]), abs=0.02)
+    assert "sim_gain" not in B.paired_rounds([fast], work, 8)[0]
+    mixed_round = {"calibration": fast["calibration"], "continuous": slow["continuous"]}
+    (mixed,) = B.paired_rounds([mixed_round], work, 8)
+    assert mixed["error"] == pytest.approx(errors[1] + 0.5 * (1 + errors[1]), abs=0.02)
+    # a static run in the round: the measured gain is that round's continuous over its own static run
+    static = {"output_throughput": cont(60.0)["output_throughput"] / 2}
+    (paired,) = B.paired_rounds([slow | {"static": static}], work, 8)
+    assert paired["measured_gain"] == pytest.approx(2.0)
+    assert paired["sim_gain"] == pytest.approx(1.0, abs=0.05)
 
 
 def test_weight_load_reports_bytes_params_and_download_time(tmp_path):
@@ -188,7 +194,8 @@ def test_alternating_runs_interleave_calibration_and_the_measured_run():
 
     work = [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 2} for i in range(4)]
     with fake_server(step_s=0.002) as srv:
-        rounds = B.alternating_runs(srv.url, "fake", work, batch=6, rounds=2, watch_first=Watch())
+        rounds = B.alternating_runs(srv.url, "fake", work, batch=6, rounds=2, watch_first=Watch(),
+                                    static=True)
         with pytest.raises(ValueError, match="at least one round"):
             B.alternating_runs(srv.url, "fake", work, batch=2, rounds=0)
     assert len(rounds) == 2 and Watch.entered == 1
@@ -196,7 +203,8 @@ def test_alternating_runs_interleave_calibration_and_the_measured_run():
         assert [s["concurrency"] for s in r["calibration"]] == [1, 4, 6]
         assert r["continuous"]["policy"] == "continuous" and r["continuous"]["completed"] == 4
         # each continuous run starts after its round's calibration ended, in order
-        sent = [[q.t_sent for q in s["requests"]] for s in [*r["calibration"], r["continuous"]]]
+        assert r["static"]["policy"] == "static" and r["static"]["completed"] == 4
+        sent = [[q.t_sent for q in s["requests"]] for s in [*r["calibration"], r["continuous"], r["static"]]]
         assert all(max(a) < min(b) for a, b in zip(sent[:-1], sent[1:], strict=True))
-    assert max(q.t_sent for q in rounds[0]["continuous"]["requests"]) < min(
+    assert max(q.t_sent for q in rounds[0]["static"]["requests"]) < min(
         q.t_sent for q in rounds[1]["calibration"][0]["requests"])

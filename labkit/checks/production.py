@@ -18,7 +18,7 @@ RATIO_TOLERANCE = 0.35
 
 
 @rule("production", "continuous batching served more tokens/s than static batching on one server, "
-      "in every continuous run",
+      "in every round (each continuous run against its own round's static run)",
       needs=("continuous_over_static_lo", "continuous_over_static_measured"),
       # constructed, no failing run recorded: a server whose decode step costs grow in proportion to the
       # batch gains nothing from refilling slots, and continuous runs land within noise of static
@@ -26,7 +26,7 @@ RATIO_TOLERANCE = 0.35
       holds_on={"continuous_over_static_lo": 1.95, "continuous_over_static_measured": 2.53})  # 14:02 run
 def continuous_beats_static(v: Values) -> tuple[bool, str]:
     lo, med = v["continuous_over_static_lo"], v["continuous_over_static_measured"]
-    return lo > 1.0, f"{med:.2f}x at the median continuous run, {lo:.2f}x at the slowest"
+    return lo > 1.0, f"{med:.2f}x in the median round, {lo:.2f}x in the round with the smallest gain"
 
 
 @rule("production", "the simulator predicted the measured continuous throughput within "
@@ -44,10 +44,12 @@ def simulator_calibrated(v: Values) -> tuple[bool, str]:
 
 
 @rule("production", "the simulator's continuous/static ratio matched the measured one within "
-      f"{RATIO_TOLERANCE:.0%}",
+      f"{RATIO_TOLERANCE:.0%} (median of the rounds, each against its own calibration and static run)",
       needs=("continuous_over_static_simulated", "continuous_over_static_measured"),
       # the 14:02 run's simulated 2.03x against a static run landing in the host's slow mode (steps about
-      # 1.5x slower, batching.step_costs), which would have measured 2.53 x 1.5 = 3.80x: -47%
+      # 1.5x slower, batching.step_costs), which would have measured 2.53 x 1.5 = 3.80x: -47%. Stop 27: with
+      # one static run after all the rounds, a run at 21:00 gave simulated 2.03x against measured 1.44x
+      # (+41%); the static run now runs in every round, after that round's continuous run
       fails_on={"continuous_over_static_simulated": 2.03, "continuous_over_static_measured": 3.80},
       # the 14:02 run (AMX, bf16): simulated 2.03x with the gate model, measured 2.53x
       holds_on={"continuous_over_static_simulated": 2.03, "continuous_over_static_measured": 2.53})

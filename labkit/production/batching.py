@@ -16,7 +16,7 @@ output tokens/s: only the tokens each request asked for), ``p50_queued_e2e_ms``/
 (milliseconds from the moment every request was queued to its last token),
 ``duration`` (seconds), ``completed``/``failed``. :func:`step_costs` turns small server runs
 (:func:`calibration_runs`, repeated by :func:`alternating_runs`) into the per-step costs
-:mod:`labkit.production.batchsim` simulates with, and :func:`paired_sim_errors` judges the simulator
+:mod:`labkit.production.batchsim` simulates with, and :func:`paired_rounds` judges the simulator
 round by round;
 :func:`table_row`, :func:`slot_seconds` and :func:`prompt_tokens_by_id` read a run for the chapter.
 """
@@ -156,7 +156,7 @@ def step_costs(single: dict[str, Any] | Sequence[dict[str, Any]],
     (background load only ever slows a run), ``"median"`` their median (the typical run, as chapter
     08 uses beside its median measured run). On the 2-core lab machine a few-second run sometimes
     lands in a mode about 1.5x slower (decode steps of 65 instead of 45 ms), so a single run is no
-    calibration; :func:`paired_sim_errors` judges each round against its own calibration."""
+    calibration; :func:`paired_rounds` judges each round against its own calibration."""
     if pick not in ("fastest", "median"):
         raise ValueError(f"pick must be 'fastest' or 'median', got {pick!r}")
     choose = min if pick == "fastest" else (lambda v: float(np.median(v)))
@@ -187,37 +187,48 @@ def calibration_runs(url: str, model: str, batch: int = 4) -> list[dict[str, Any
 
 
 def alternating_runs(url: str, model: str, requests: Requests, batch: int, rounds: int = 3,
-                     watch_first: AbstractContextManager[Any] | None = None) -> list[dict[str, Any]]:
+                     watch_first: AbstractContextManager[Any] | None = None,
+                     static: bool = False) -> list[dict[str, Any]]:
     """``rounds`` rounds of :func:`calibration_runs` (at 1, 4 and ``batch``) each followed by
-    :func:`continuous` on ``requests``, so that a round's calibration and its measured run share the
-    host's state (a passing burst of load, the 2-core machine's slow mode) and can be compared
-    pairwise (:func:`paired_sim_errors`). ``watch_first`` (e.g. a monitor's sampler) is entered
-    around the first continuous run only. Returns one ``{"calibration": [runs], "continuous": run}``
-    per round."""
+    :func:`continuous` on ``requests`` and, with ``static``, :func:`static_gate` on them too, so that
+    a round's calibration and its measured runs share the host's state (a passing burst of load, the
+    2-core machine's slow mode) and can be compared pairwise (:func:`paired_rounds`).
+    ``watch_first`` (e.g. a monitor's sampler) is entered around the first continuous run only.
+    Returns one ``{"calibration": [runs], "continuous": run[, "static": run]}`` per round."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: run at least one round")
     out: list[dict[str, Any]] = []
     for i in range(rounds):
-        cal = calibration_runs(url, model, batch)
+        r: dict[str, Any] = {"calibration": calibration_runs(url, model, batch)}
         with watch_first if (i == 0 and watch_first is not None) else contextlib.nullcontext():
-            out.append({"calibration": cal, "continuous": continuous(url, model, requests, batch)})
+            r["continuous"] = continuous(url, model, requests, batch)
+        if static:
+            r["static"] = static_gate(url, model, requests, batch)
+        out.append(r)
     return out
 
 
-def paired_sim_errors(rounds: Sequence[dict[str, Any]], requests: Requests, batch: int) -> list[float]:
-    """Per round of :func:`alternating_runs`: the simulator's continuous throughput, calibrated on
-    that round's runs only, over that round's measured continuous throughput, less 1 (a fraction:
-    +0.1 means the simulator predicted 10% more tokens/s). Each simulation serves ``requests`` with
-    the prompt lengths the server counted in that round (chapter 08)."""
-    errors = []
+def paired_rounds(rounds: Sequence[dict[str, Any]], requests: Requests, batch: int) -> list[dict[str, float]]:
+    """Per round of :func:`alternating_runs`, the simulator (:mod:`labkit.production.batchsim`)
+    calibrated on that round's runs only, serving ``requests`` with the prompt lengths the server
+    counted in that round, against that round's measured runs (chapter 08). Each dict holds
+    ``error`` (simulated over measured continuous tokens/s, less 1: +0.1 means 10% more predicted)
+    and, where the round ran static batching, ``sim_gain`` (simulated continuous over the gate
+    model, ``padded=False``) and ``measured_gain`` (measured continuous over static)."""
+    out = []
     for r in rounds:
         cal, cont = r["calibration"], r["continuous"]
         costs = step_costs(cal[0], cal[1:])
         cost = batchsim.fit_step_cost(costs["prefill_points"], costs["decode_points"])
         reqs = batchsim.workload_requests(requests, prompt_tokens_by_id(cont))
         sim = batchsim.simulate_batching("continuous", reqs, cost, batch)["throughput_tok_s"]
-        errors.append(sim / cont["output_throughput"] - 1)
-    return errors
+        row = {"error": sim / cont["output_throughput"] - 1}
+        if "static" in r:
+            gate = batchsim.simulate_batching("static", reqs, cost, batch, padded=False)["throughput_tok_s"]
+            measured = cont["output_throughput"] / r["static"]["output_throughput"]
+            row.update(sim_gain=sim / gate, measured_gain=measured)
+        out.append(row)
+    return out
 
 
 def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:

@@ -43,8 +43,12 @@ def _parent(code: str, env: dict | None = None, timeout_s: float = 300) -> tuple
     """Run ``code`` in a new Python process; it must print ``PORT PID`` of the server it started."""
     tail = "\nprint(server_port, server_pid, flush=True)\nimport time\ntime.sleep(600)\n"
     script = textwrap.dedent(code) + tail
+    # SIGINT back to its default in the parent, as in a terminal or a Jupyter kernel: a test runner started
+    # as a background job of a non-interactive shell inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt (a fresh-clone run at 22:09 failed all four SIGINT cases that way)
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, **(env or {})})
+                         env={**os.environ, **(env or {})},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     line = p.stdout.readline()  # type: ignore[union-attr]
     if not line:
         p.wait(timeout_s)

@@ -88,12 +88,26 @@ def notebook_path(name: str) -> Path:
     return NOTEBOOKS / available()[resolve(name)]
 
 
+def _recorded_run(short: str) -> str | None:
+    """The run id (one per kernel) of chapter ``short``'s recorded results, ``None`` if none."""
+    from .results import load
+
+    data = load(short)
+    return data.get("run") if data else None
+
+
 def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> int:
-    """Execute chapter ``name`` top to bottom; print its ``CHECK`` lines; 0 if all held."""
+    """Execute chapter ``name`` top to bottom; print its ``CHECK`` lines; 0 if all held.
+
+    The executed copy carries the run id its kernel recorded results under (``metadata.labkit.run``),
+    so the report pairs a chapter's page with the very run whose figures it shows (a run that wrote
+    its results elsewhere, ``$LABKIT_RESULTS``, leaves a copy no report of the default results uses)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    short = resolve(name)
+    before = _recorded_run(short)
     path = notebook_path(name)
     out_dir = out_dir or REPO / "build"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -109,6 +123,9 @@ def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> 
         status = 1
         print(str(e).strip().splitlines()[-1], file=sys.stderr)
     finally:
+        after = _recorded_run(short)
+        if after and after != before:  # this kernel recorded: stamp its run on the copy
+            nb.metadata["labkit"] = {"run": after}
         nbformat.write(nb, out)
     for cell in nb.cells:
         for o in cell.get("outputs", []):

@@ -364,8 +364,10 @@ def test_declared_fields_reads_a_stub(tmp_path):
 
 # ---- pages that open offline, and make report's reuse-or-run -------------------------------------
 
-def executed_notebook(error: bool = False):
+def executed_notebook(error: bool = False, run: str | None = None):
     nb = nbformat.v4.new_notebook()
+    if run:
+        nb.metadata["labkit"] = {"run": run}  # as labkit.chapters.run_chapter stamps it
     code = nbformat.v4.new_code_cell("plot()")
     code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="CHECK ok   it held\n"),
                     nbformat.v4.new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure>"}),
@@ -412,7 +414,7 @@ def test_make_report_runs_then_reuses_and_writes_an_offline_site(tmp_path, monke
         results.record(short, "ridge_flops_per_byte", 3.6, "FLOPs/byte")
         if short == SETUP_ROW.chapter:
             results.record(short, SETUP_ROW.key, passing(SETUP_ROW.expect), "x")
-        nbformat.write(executed_notebook(), out_dir / CHAPTERS[short])  # after the records, as nbclient does
+        nbformat.write(executed_notebook(run=results.RUN_ID), out_dir / CHAPTERS[short])  # run_chapter stamps
         return 0
 
     monkeypatch.setattr(build, "run_chapter", fake_run)
@@ -482,11 +484,17 @@ def test_staleness_known_answers(tmp_path, fixed, monkeypatch):
     header = {"chapter": "setup", "digest": "d0", "machine": MACHINE[0], "profile": "small",
               "started": "2000-01-01T00:00:00+00:00", "updated": "2000-01-01T00:00:00+00:00"}
     assert build.staleness(None, nb) == "no results recorded yet"
+    header["run"] = "kernel-1"
     assert build.staleness(header, nb) == "its executed notebook is missing"
-    nb.write_text("{}")
+    nb.write_text('{"metadata": {"labkit": {"run": "kernel-1"}}}')
     assert build.staleness(header, nb) is None
-    later = {**header, "updated": "2999-01-01T00:00:00+00:00"}
-    assert build.staleness(later, nb) == "its executed notebook is older than the recorded values"
+    # a later run (an AVX2 run whose results went elsewhere) overwrote the executed copy
+    nb.write_text('{"metadata": {"labkit": {"run": "kernel-2"}}}')
+    another = "its executed notebook comes from another run than the recorded values"
+    assert build.staleness(header, nb) == another
+    nb.write_text("{}")  # a copy from before run ids were stamped
+    assert build.staleness(header, nb) == another
+    nb.write_text('{"metadata": {"labkit": {"run": "kernel-1"}}}')
     assert build.staleness({**header, "machine": "another"}, nb) == "recorded on another machine"
     assert build.staleness({**header, "profile": "full"}, nb) == "recorded with profile full"
     other_code = {**header, "digest": "d9"}
@@ -526,3 +534,29 @@ def test_the_front_page_shows_other_machines_beside_this_one(tmp_path, monkeypat
                             "summary": verdicts.summary(rows), "by_kind": verdicts.by_kind(rows),
                             "chapters": info, "rows": rows, "results": res, "machines": [other]})
     assert "NVIDIA H200" in html and "42.0 x" in html and "not in this ledger then" in html
+
+
+def _one_cell_chapter(folder: Path, source: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, folder / CHAPTERS["setup"])
+
+
+def test_run_chapter_stamps_the_kernels_run_on_the_executed_copy(tmp_path, monkeypatch):
+    """The report pairs a page with the run whose figures it shows: an executed copy carries the run id
+    its kernel recorded under, and a run that recorded nothing carries none."""
+    from labkit import chapters
+
+    monkeypatch.setenv(results.ENV_VAR, str(tmp_path / "results"))  # the kernel inherits it
+    monkeypatch.setattr(chapters, "NOTEBOOKS", tmp_path)
+    monkeypatch.setattr(chapters, "REPO", tmp_path)
+    monkeypatch.setattr(chapters, "available", lambda: {"setup": CHAPTERS["setup"]})
+    _one_cell_chapter(tmp_path, "from labkit import results\nresults.record('setup', 'x', 1.0, 'u')")
+    assert chapters.run_chapter("setup", timeout=120, out_dir=tmp_path / "build") == 0
+    executed = tmp_path / "build" / CHAPTERS["setup"]
+    run = results.load("setup")["run"]
+    assert build.executed_run(executed) == run and run != results.RUN_ID  # the kernel's, not this process's
+    _one_cell_chapter(tmp_path, "x = 1")  # records nothing: the copy must not claim the old run
+    assert chapters.run_chapter("setup", timeout=120, out_dir=tmp_path / "build") == 0
+    assert build.executed_run(executed) is None
+    assert build.staleness(results.load("setup"), executed) is not None

@@ -42,7 +42,7 @@ BUILD = REPO / "build"
 
 def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = False) -> str | None:
     """Why a chapter's recorded run cannot be reused (``None``: it can): no results, another machine,
-    other chapter sources (its digest) or profile, no executed notebook written after the last record.
+    other chapter sources (its digest) or profile, no executed notebook stamped with the recorded run.
     ``just_ran``: the report has just run the chapter and these are that run's results, whatever
     changed meanwhile, so the digest is not compared."""
     if data is None:
@@ -58,10 +58,21 @@ def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = Fals
         return f"recorded with profile {data.get('profile')}"
     if not executed.is_file():
         return "its executed notebook is missing"
-    updated = datetime.datetime.fromisoformat(data["updated"]).timestamp()
-    if executed.stat().st_mtime < updated:
-        return "its executed notebook is older than the recorded values"
+    if executed_run(executed) != data.get("run"):
+        return "its executed notebook comes from another run than the recorded values"
     return None
+
+
+def executed_run(executed: Path) -> str | None:
+    """The run id :func:`labkit.chapters.run_chapter` stamped on an executed notebook (``None``: none)."""
+    import json
+
+    try:
+        meta = json.loads(executed.read_text()).get("metadata", {})
+    except (OSError, ValueError):
+        return None
+    run = meta.get("labkit", {}).get("run")
+    return run if isinstance(run, str) else None
 
 
 def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: int) -> dict[str, Any]:

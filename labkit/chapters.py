@@ -1,6 +1,7 @@
 """The chapters, every chapter: the names ``make lab-<name>`` and ``labkit run <name>`` accept.
 
-A chapter can be named four ways: its short name (``concepts``), its two-digit number (``01``),
+A chapter can be named four ways: its short name (``concepts``), its number (``01``; a chapter placed
+between two others has a letter after it, ``02b``),
 its notebook's file name with or without the number (``01_key_concepts``, ``key_concepts``; a
 trailing ``.ipynb`` is fine). :func:`resolve` maps any of them to the short name.
 
@@ -15,12 +16,13 @@ import hashlib
 import sys
 from pathlib import Path
 
-from .paths import DATA, NOTEBOOKS, REPO
+from .paths import DATA, NOTEBOOKS, REPO, results_dir
 
 CHAPTERS: dict[str, str] = {
     "setup": "00_setup.ipynb",
     "concepts": "01_key_concepts.ipynb",
     "metrics": "02_metrics.ipynb",
+    "selection": "02b_choosing_a_model.ipynb",
     "internals": "03_llm_internals.ipynb",
     "hardware": "04_gpu_hardware.ipynb",
     "stack": "05_software_stack.ipynb",
@@ -90,10 +92,13 @@ def notebook_path(name: str) -> Path:
 
 def _recorded_run(short: str) -> str | None:
     """The run id (one per kernel) of chapter ``short``'s recorded results, ``None`` if none."""
-    from .results import load
+    import json
 
-    data = load(short)
-    return data.get("run") if data else None
+    try:
+        run = json.loads((results_dir() / f"{short}.json").read_text()).get("run")
+    except (OSError, ValueError):
+        return None
+    return run if isinstance(run, str) else None
 
 
 def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> int:

@@ -14,6 +14,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("LABKIT_DATA") or REPO / "data")
 NOTEBOOKS = REPO / "notebooks"
+RESULTS_VAR = "LABKIT_RESULTS"
+
+
+def results_dir() -> Path:
+    """The folder of the chapters' results files (every chapter records there):
+    ``$LABKIT_RESULTS``, else ``build/results`` in the checkout."""
+    raw = os.environ.get(RESULTS_VAR, "").strip()
+    return Path(raw).expanduser() if raw else REPO / "build" / "results"
 
 
 def data(*parts: str) -> Path:

@@ -35,21 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from .chapters import CHAPTERS, digest
-from .paths import REPO
+from .paths import REPO, RESULTS_VAR, results_dir
 
-ENV_VAR = "LABKIT_RESULTS"
+ENV_VAR = RESULTS_VAR
 RUN_ID = uuid.uuid4().hex  # one per process: a new kernel is a new run
 KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 _LOCK = threading.Lock()
 # What the chapters run (git pathspecs): a change here makes earlier results stale for the report.
 CODE = ("labkit", "notebooks", "data", "pyproject.toml",
         ":(exclude)labkit/report", ":(exclude)data/claims")
-
-
-def results_dir() -> Path:
-    """The folder of the results files: ``$LABKIT_RESULTS``, else ``build/results`` in the checkout."""
-    raw = os.environ.get(ENV_VAR, "").strip()
-    return Path(raw).expanduser() if raw else REPO / "build" / "results"
 
 
 def results_path(chapter: str, folder: Path | None = None) -> Path:

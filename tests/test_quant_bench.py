@@ -179,16 +179,22 @@ def test_fused_int8_model_computes_labkits_int8_product_in_one_byte_per_weight(m
 
 
 def test_decode_rounds_interleave_and_ratio_interval_and_sentence(model, base):
+    from labkit.llm.decode import decode_rounds, speed_sentence
     from labkit.stats import ratio_interval
 
-    tok_s = QB.decode_rounds({"a": model, "b": model}, base.decode_ids, rounds=3, tokens=2)
+    tok_s = decode_rounds({"a": model, "b": model}, base.decode_ids, rounds=3, tokens=2)
     assert set(tok_s) == {"a", "b"} and all(len(v) == 3 and min(v) > 0 for v in tok_s.values())
+    short = decode_rounds({"a": model, "b": model}, base.decode_ids, rounds=5, tokens=2, min_rounds=2,
+                             budget_s=1e-6)  # no time at all: the floor of rounds, each covering both
+    assert [len(v) for v in short.values()] == [2, 2]
+    roomy = decode_rounds({"a": model}, base.decode_ids, rounds=4, tokens=2, min_rounds=2, budget_s=1e6)
+    assert len(roomy["a"]) == 4
     r = ratio_interval([2.0, 4.0, 6.0], [1.0, 2.0, 4.0])  # per-round ratios 2, 2, 1.5 (labkit.stats)
     assert r["n"] == 3 and r["median"] == 2.0 and r["lo"] == 1.5 and r["hi"] == 2.0
-    assert "faster" in QB.speed_sentence("INT8", "FP32", r)
-    assert "slower" in QB.speed_sentence("INT8", "FP32", {"median": 0.8, "lo": 0.7, "hi": 0.9, "n": 5})
+    assert "faster" in speed_sentence("INT8", "FP32", r)
+    assert "slower" in speed_sentence("INT8", "FP32", {"median": 0.8, "lo": 0.7, "hi": 0.9, "n": 5})
     even = {"median": 1.1, "lo": 0.9, "hi": 1.2, "n": 5}
-    assert "cannot tell apart" in QB.speed_sentence("INT8", "FP32", even)
+    assert "cannot tell apart" in speed_sentence("INT8", "FP32", even)
 
 
 def test_window_perplexities_and_batched_windows(model, ev):

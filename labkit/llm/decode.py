@@ -7,13 +7,16 @@ each step timed through :func:`labkit.hardware.microbench.time_fn` (device synch
 clock is read); :func:`prefill_seconds` times one forward over a prompt. :func:`interleaved_decode`
 measures several models (chapter 04: one per dtype) side by side, and :func:`step_figures` turns a
 model's measured prefill and decode into roofline figures; :func:`random_model_run` does all of it
-for a shipped architecture with random weights (``labkit gpu-check``'s model section). Times are
+for a shipped architecture with random weights (``labkit gpu-check``'s model section).
+:func:`decode_rounds` times chapter 06's weight formats in interleaved rounds and
+:func:`speed_sentence` states what their speed ratio shows. Times are
 seconds; tokens/s is ``1 / median step``; bytes are bytes, bandwidth bytes/s, intensities FLOPs/byte.
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,3 +174,38 @@ def random_model_run(config: dict[str, Any], dtype: str, device: str, tokens: in
     figures = step_figures(params, tensor_bytes(model), kv, prefill, prefill_s, run.tokens_per_s, bandwidth)
     return {**figures, "model": model, "build_s": build_s, "decode": run, "prompt_tokens": prompt_tokens,
             "context": context, "cache_bytes": cache_bytes, "prefill_s": prefill_s}
+
+
+def decode_rounds(models: dict[str, Any], prompt_ids: Any, rounds: int = 5,
+                  tokens: int = 4, min_rounds: int | None = None,
+                  budget_s: float | None = None) -> dict[str, list[float]]:
+    """Decode tokens/s of each model (:func:`greedy_decode`, ``tokens`` timed steps), chapter 06's
+    formats side by side: measured in turn in each of ``rounds`` rounds, so a slow spell of a shared
+    machine hits every model alike: name -> list.
+
+    With ``budget_s``, rounds stop early (never before ``min_rounds``, default ``rounds``) once
+    another round would end past ``budget_s`` seconds, judged from the mean round so far: a CPU
+    without a fast path for one format (chapter 06's fused INT8 kernel takes over 1 s a token under
+    AVX2 only) gets fewer rounds, every round still covering every model."""
+    floor = rounds if min_rounds is None else max(1, min(min_rounds, rounds))
+    out: dict[str, list[float]] = {k: [] for k in models}
+    t0 = time.perf_counter()
+    for done in range(rounds):
+        projected = (time.perf_counter() - t0) * (done + 1) / done if done else 0.0  # after one more round
+        if budget_s is not None and done >= floor and projected > budget_s:
+            break
+        for k, m in models.items():
+            out[k].append(greedy_decode(m, prompt_ids, tokens, device=str(prompt_ids.device)).tokens_per_s)
+    return out
+
+
+def speed_sentence(what: str, base: str, r: dict[str, float]) -> str:
+    """``what`` decodes faster / slower / as fast as ``base``, from the interval ``r`` of their speed
+    ratio (:func:`labkit.stats.ratio_interval`): a verdict only when the whole interval is on one side
+    of 1."""
+    span = f"{r['median']:.2f}x (interval {r['lo']:.2f}-{r['hi']:.2f} over {r['n']} rounds)"
+    if r["lo"] > 1:
+        return f"{what} decodes faster than {base}: {span}"
+    if r["hi"] < 1:
+        return f"{what} decodes slower than {base}: {span}"
+    return f"{what} and {base} decode at speeds this machine cannot tell apart: {span}"

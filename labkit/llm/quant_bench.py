@@ -294,26 +294,3 @@ def fused_int8_model(model: nn.Module) -> tuple[nn.Module, int]:
         setattr(m.get_submodule(parent) if parent else m, child, fused)
         nbytes += fused.nbytes()
     return m, nbytes
-
-
-def decode_rounds(models: dict[str, nn.Module], prompt_ids: torch.Tensor, rounds: int = 5,
-                  tokens: int = 4) -> dict[str, list[float]]:
-    """Decode tokens/s of each model (:func:`decode_tokens_per_s`), measured in turn in each of
-    ``rounds`` rounds, so a slow spell of a shared machine hits every model alike: name -> list."""
-    out: dict[str, list[float]] = {k: [] for k in models}
-    for _ in range(rounds):
-        for k, m in models.items():
-            out[k].append(decode_tokens_per_s(m, prompt_ids, tokens))
-    return out
-
-
-def speed_sentence(what: str, base: str, r: dict[str, float]) -> str:
-    """``what`` decodes faster / slower / as fast as ``base``, from the interval ``r`` of their speed
-    ratio (:func:`labkit.stats.ratio_interval`): a verdict only when the whole interval is on one side
-    of 1."""
-    span = f"{r['median']:.2f}x (interval {r['lo']:.2f}-{r['hi']:.2f} over {r['n']} rounds)"
-    if r["lo"] > 1:
-        return f"{what} decodes faster than {base}: {span}"
-    if r["hi"] < 1:
-        return f"{what} decodes slower than {base}: {span}"
-    return f"{what} and {base} decode at speeds this machine cannot tell apart: {span}"

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import llamacpp
 
 BASE = "Q4_1"
@@ -69,10 +71,10 @@ def measure(files: Mapping[str, Path], text_file: str | Path, question: str, thr
             max_tokens: int = 40) -> dict[str, dict[str, Any]]:
     """Every level of ``files`` (name -> GGUF) measured the same way, level -> row: ``file_bytes``,
     ``tensor_bytes``, ``params``, ``bits_per_weight``, ``types`` ({``ggml`` type: {"tensors", "params",
-    "bytes"}}); llama-bench's ``gen_tps``/``prompt_tps`` with their standard deviations over ``reps``
-    runs (``gen`` and ``prompt`` tokens); ``ppl``/``ppl_se`` over ``chunks`` windows of ``ctx`` tokens of
-    ``text_file``; ``answer`` (:func:`answer`). All levels are benchmarked first, one after another,
-    then scored, then asked."""
+    "bytes"}}); llama-bench's ``gen_tps``/``prompt_tps`` (mean), ``_sd`` and ``_samples`` (one per
+    round) over ``reps`` rounds (``gen`` and ``prompt`` tokens), each round running every level once in
+    turn; ``ppl``/``ppl_se`` over ``chunks`` windows of ``ctx`` tokens of ``text_file``; ``answer``
+    (:func:`answer`). All levels are benchmarked first, then scored, then asked."""
     from ..llm import gguf_header
 
     threads = threads or llamacpp.default_threads()
@@ -82,9 +84,16 @@ def measure(files: Mapping[str, Path], text_file: str | Path, question: str, thr
         rows[level] = {"file_bytes": s["file_bytes"], "tensor_bytes": s["bytes"], "params": s["params"],
                        "bits_per_weight": s["bits_per_weight"],
                        "types": s["types"]}
-    for level, path in files.items():
-        b = llamacpp.bench(path, threads=threads, prompt=prompt, gen=gen, reps=reps)
-        rows[level] |= {k: b[k] for k in ("gen_tps", "gen_tps_sd", "prompt_tps", "prompt_tps_sd")}
+    samples: dict[str, dict[str, list[float]]] = {level: {"gen": [], "prompt": []} for level in files}
+    for _ in range(reps):  # every level once per round: a slow spell of the host hits all levels alike
+        for level, path in files.items():
+            b = llamacpp.bench(path, threads=threads, prompt=prompt, gen=gen, reps=1)
+            for what in ("gen", "prompt"):
+                samples[level][what].append(float(b[f"{what}_tps"]))
+    for level, per in samples.items():
+        for what, xs in per.items():
+            rows[level] |= {f"{what}_tps": float(np.mean(xs)), f"{what}_tps_samples": xs,
+                            f"{what}_tps_sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
         rows[level] |= {"reps": reps, "threads": threads}
     for level, path in files.items():
         p = llamacpp.perplexity(path, text_file, ctx=ctx, chunks=chunks, threads=threads)
@@ -96,9 +105,15 @@ def measure(files: Mapping[str, Path], text_file: str | Path, question: str, thr
 
 def ratio_band(rows: Mapping[str, Mapping[str, Any]], num: str, den: str,
                key: str = "gen_tps") -> dict[str, float]:
-    """``key`` of level ``num`` over level ``den`` (e.g. Q8_0's decode tokens/s over F16's): ``ratio`` of
-    the means, and ``lo``/``hi`` from one standard deviation on each side, (mean - sd) / (mean + sd) and
-    (mean + sd) / (mean - sd); ``n`` the runs behind each mean."""
+    """``key`` of level ``num`` over level ``den`` (e.g. Q8_0's decode tokens/s over F16's). Measured in
+    the same rounds (``<key>_samples`` of one length, :func:`measure`): ``ratio`` the median of the
+    per-round ratios, ``lo``/``hi`` the lowest and highest of them. Otherwise ``ratio`` of the means and a
+    band of one standard deviation on each side, (mean - sd) / (mean + sd) to (mean + sd) / (mean - sd).
+    ``n``: the runs behind each figure."""
+    xs, ys = rows[num].get(f"{key}_samples"), rows[den].get(f"{key}_samples")
+    if xs and ys and len(xs) == len(ys):
+        per = [x / y for x, y in zip(xs, ys, strict=True)]
+        return {"ratio": float(np.median(per)), "lo": min(per), "hi": max(per), "n": len(per)}
     a, sa = float(rows[num][key]), float(rows[num].get(f"{key}_sd", 0.0))
     b, sb = float(rows[den][key]), float(rows[den].get(f"{key}_sd", 0.0))
     hi = (a + sa) / (b - sb) if b > sb else float("inf")
@@ -213,7 +228,7 @@ def figures(rows: Mapping[str, Mapping[str, Any]], base: str = BASE, question_wo
         if num in rows and den in rows:
             b = ratio_band(rows, num, den)
             put(f"gguf_{_key(num)}_over_{_key(den)}_decode", b["ratio"], "x",
-                f"llama-bench generation tok/s, {num} / {den}, band of one sd",
+                f"llama-bench generation tok/s, {num} / {den}, median of paired rounds (band: their range)",
                 (b["lo"], b["hi"], int(b["n"])))
     for q4 in ("Q4_0", "Q4_K_M"):
         if q4 in rows and "F16" in rows:

@@ -3,7 +3,9 @@
 What holds by construction is a unit test, not a rule: the CFG evaluation count and the cutoff's
 0.9 (``tests/test_diffusion.py``, the formula and the counted pipeline), the batched guided call
 per step (same file), the RTF arithmetic (``tests/test_asr.py``), the SDXL and Whisper shapes
-(``tests/test_denoiser.py``, ``tests/test_asr.py``) and the TTS ceilings (``tests/test_multimodal.py``).
+(``tests/test_denoiser.py``, ``tests/test_asr.py``), the TTS ceilings (``tests/test_multimodal.py``), the
+WebSocket protocol (bad frames answered and closed, a vanished client's session freed, streams queueing
+for the inference slot: ``tests/test_asr_stream.py``) and the video arithmetic (``tests/test_video.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,26 @@ def int8_cheaper(v: Values) -> tuple[bool, str]:
 def stream_costs_more(v: Values) -> tuple[bool, str]:
     x = v["stream_cpu_over_one_pass"]
     return x > 1.5, f"the chunks took {x:.1f}x the CPU time of one pass"
+
+
+@rule("beyond", "over a WebSocket one stream keeps pace: P99 round trip under the chunk's 2 s",
+      needs=("ws_rtt_p99_ms_chunk2000_streams1",),
+      # a CPU without fast int8 (no VNNI) taking over 2 s per 30 s window of tiny.en: illustrative
+      fails_on={"ws_rtt_p99_ms_chunk2000_streams1": 2600.0},
+      holds_on={"ws_rtt_p99_ms_chunk2000_streams1": 686.0})  # tiny.en, 1 thread, Intel AMX, 2026-12-01
+def ws_keeps_pace(v: Values) -> tuple[bool, str]:
+    x = v["ws_rtt_p99_ms_chunk2000_streams1"]
+    return x < 2000, f"P99 {x:.0f} ms per 2 s chunk"
+
+
+@rule("beyond", "streams sharing one model queue: 4 streams' P50 round trip > 1.5x one's (1 s chunks)",
+      needs=("ws_queueing_4_over_1",),
+      # a server giving each stream its own slot on a machine with a spare core per stream: illustrative
+      fails_on={"ws_queueing_4_over_1": 1.1},
+      holds_on={"ws_queueing_4_over_1": 4.5})  # tiny.en, one slot, 2 cores, 2026-12-01
+def ws_streams_queue(v: Values) -> tuple[bool, str]:
+    x = v["ws_queueing_4_over_1"]
+    return x > 1.5, f"4 streams' P50 is {x:.1f}x one stream's"
 
 
 @rule("beyond", "a denoiser step is compute-bound here: twice the batch takes well over 1.5x the time",

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chapters import CHAPTERS
+from ..chapters import CHAPTERS, names
 from ..paths import DATA
 
 EVIDENCE = ("measured", "gpu", "computed", "arithmetic", "outside")
@@ -173,9 +173,9 @@ def _claim(row: dict[str, Any], chapter: str, n: int, path: Path) -> Claim:
 
 
 def chapter_file(chapter: str, folder: Path | None = None) -> Path:
-    """``data/claims/NN_<chapter>.toml``: the ledger file of ``chapter``."""
-    number = list(CHAPTERS).index(chapter)
-    return (folder or CLAIMS) / f"{number:02d}_{chapter}.toml"
+    """``data/claims/NN_<chapter>.toml``: the ledger file of ``chapter`` (``NN`` is the number its
+    notebook's name starts with, e.g. ``02b``)."""
+    return (folder or CLAIMS) / f"{names(chapter)[1]}_{chapter}.toml"
 
 
 def load_file(path: Path, chapter: str) -> list[Claim]:

@@ -1,0 +1,140 @@
+"""LoRA fine-tuning on a domain's training split, sized for a CPU (chapter 02b, "Choosing a model":
+fine-tuning adjusts a pre-trained model's weights on your data, same architecture).
+
+:func:`sft_batches` turns ``{"prompt", "answer"}`` items into padded token batches whose labels
+cover the answer (and the newline that ends it) only; :func:`lora_finetune` wraps a causal LM with
+``peft`` low-rank adapters (rank ``rank`` on every attention and MLP projection) and trains them with
+AdamW for a fixed number of steps, in a fixed data order; :func:`merge` folds the adapters back into
+the weights (``merge_and_unload``), leaving a model of the original architecture and parameter count.
+Times are seconds.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ..hardware import microbench
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+IGNORE = -100  # label of a position the loss skips (prompt and padding)
+
+
+@dataclass
+class TrainRun:
+    """What one training run did: ``losses`` (per step), ``seconds`` (wall time of the loop),
+    ``steps``, ``examples`` (items seen, repeats included), ``trainable`` (parameters updated)."""
+
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    steps: int = 0
+    examples: int = 0
+    trainable: int = 0
+
+
+def sft_batches(tok, items: Sequence[dict[str, Any]], batch_size: int, steps: int, seed: int = 0
+                ) -> list[dict[str, torch.Tensor]]:
+    """``steps`` batches of ``batch_size`` items (shuffled with ``seed``, cycling through ``items``),
+    **left**-padded so every answer ends at the last position: ``input_ids``, ``attention_mask``,
+    ``position_ids`` (counting from each row's first real token), ``labels`` (the ids on the answer's
+    tokens, ``" " + answer + "\\n"``, :data:`IGNORE` elsewhere) and ``keep`` (how many final positions
+    need logits: the longest answer plus one)."""
+    if not items or batch_size < 1 or steps < 1:
+        raise ValueError("need items, batch_size >= 1 and steps >= 1")
+    order: list[int] = []
+    rng = random.Random(seed)
+    while len(order) < batch_size * steps:
+        block = list(range(len(items)))
+        rng.shuffle(block)
+        order += block
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    out = []
+    for s in range(steps):
+        seqs = []
+        for i in order[s * batch_size:(s + 1) * batch_size]:
+            p = tok(items[i]["prompt"], add_special_tokens=False)["input_ids"]
+            a = tok(" " + items[i]["answer"] + "\n", add_special_tokens=False)["input_ids"]
+            seqs.append((p + a, [IGNORE] * len(p) + a, len(a)))
+        width = max(len(ids) for ids, _, _ in seqs)
+        ids = torch.full((len(seqs), width), pad)
+        labels = torch.full((len(seqs), width), IGNORE)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for r, (x, y, _) in enumerate(seqs):
+            ids[r, width - len(x):], labels[r, width - len(y):] = torch.tensor(x), torch.tensor(y)
+            mask[r, width - len(x):] = 1
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": labels,
+                    "position_ids": (mask.cumsum(-1) - 1).clamp_min(0),
+                    "keep": torch.tensor(max(n for _, _, n in seqs) + 1)})
+    return out
+
+
+def tail_logits(model, batch: dict[str, torch.Tensor], device: Any = "cpu") -> torch.Tensor:
+    """Logits ``(batch, keep, vocab)`` of the last ``batch["keep"]`` positions of a :func:`sft_batches`
+    batch (the only ones the answer loss needs: the head's matmul over the prompt is skipped)."""
+    return model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                 position_ids=batch["position_ids"].to(device), logits_to_keep=int(batch["keep"])).logits
+
+
+def answer_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy of the answer tokens given :func:`tail_logits` (position t predicts t + 1)."""
+    keep = int(batch["keep"])
+    target = batch["labels"][:, -keep + 1:].to(logits.device)
+    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), target.flatten(),
+                                             ignore_index=IGNORE)
+
+
+def param_count(model) -> int:
+    """Parameters of ``model``, each tensor counted once (a tied head is the embedding)."""
+    seen, n = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            n += p.numel()
+    return n
+
+
+def lora_finetune(model, batches: Sequence[dict[str, torch.Tensor]], rank: int = 8, alpha: int = 16,
+                  lr: float = 2e-3, top_layers: int | None = None, targets: Sequence[str] = TARGETS,
+                  seed: int = 0, desc: str | None = "LoRA") -> tuple[Any, TrainRun]:
+    """Train LoRA adapters on ``model`` (changed in place: peft injects the adapters) over ``batches``
+    of :func:`sft_batches` (one optimizer step each, :func:`answer_loss`), AdamW at learning rate ``lr``.
+    ``top_layers``: adapt only the last that many decoder layers (the backward pass then stops there:
+    cheaper on a CPU); ``None`` adapts all. Returns ``(peft model, TrainRun)``, the model in eval mode."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    n = model.config.num_hidden_layers
+    layers = None if top_layers is None else list(range(max(n - top_layers, 0), n))
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets),
+                        layers_to_transform=layers, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, config)
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    run = TrainRun(trainable=sum(p.numel() for p in params))
+    dev = next(peft_model.parameters()).device
+    peft_model.train()
+
+    def loop() -> None:
+        for batch in tqdm(batches, desc=desc, disable=desc is None, leave=False):
+            loss = answer_loss(tail_logits(peft_model, batch, dev), batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            run.losses.append(float(loss.detach()))
+            run.steps += 1
+            run.examples += int(batch["input_ids"].shape[0])
+
+    _, run.seconds = microbench.timed(loop, str(dev).split(":")[0])
+    peft_model.eval()
+    return peft_model, run
+
+
+def merge(peft_model) -> Any:
+    """The base model with the adapters folded into its weights (``W + B A * alpha / r``), adapters
+    removed: the original architecture and parameter count, in eval mode."""
+    return peft_model.merge_and_unload().eval()

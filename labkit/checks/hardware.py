@@ -97,3 +97,28 @@ def llamacpp_decode_share(v: Values) -> tuple[bool, str]:
     x = v["llamacpp_decode_achieved"]
     why = " (over 1.5x: a cache served the weights)" if x > 1.5 else ""
     return 0.25 <= x <= 1.5, f"llama.cpp's decode moved {x:.0%} of the measured copy bandwidth{why}"
+
+
+def _clock_known(v: Values) -> str | None:
+    known = v.get("matmul_fp32_lanes_per_cycle") is not None
+    return None if known else "this CPU reports no clock to divide by"
+
+
+@rule("hardware", "the fp32 matmul ran SIMD lanes wide: more multiply-adds per cycle than a scalar core can",
+      needs=("matmul_fp32_lanes_per_cycle",), when=_clock_known,
+      # torch without a vectorized BLAS (a naive triple loop, about 2 GFLOP/s at 2.1 GHz): illustrative
+      fails_on={"matmul_fp32_lanes_per_cycle": 0.5},
+      holds_on={"matmul_fp32_lanes_per_cycle": 28.6})  # Intel AMX (AVX-512), 1 thread, fp32, 2026-12-01
+def simd_lanes_used(v: Values) -> tuple[bool, str]:
+    x = v["matmul_fp32_lanes_per_cycle"]
+    return x > 2, f"one thread did {x:.1f} fp32 multiply-adds per cycle (scalar, two FMA units: at most 2)"
+
+
+@rule("hardware", "an H100's edge over this CPU is larger in FLOP/s than in bandwidth: prefill would gain "
+      "more than decode", needs=("h100_prefill_gain_over_decode_gain",),
+      # a copy measured in a stall of the shared host (1.5 GB/s) beside a normal fp32 matmul: illustrative
+      fails_on={"h100_prefill_gain_over_decode_gain": 0.6},
+      holds_on={"h100_prefill_gain_over_decode_gain": 3.1})  # Intel AMX, bf16, 2026-12-01
+def gpu_gains_more_on_prefill(v: Values) -> tuple[bool, str]:
+    x = v["h100_prefill_gain_over_decode_gain"]
+    return x > 1, f"the FLOP/s ratio is {x:.1f}x the bandwidth ratio"

@@ -3,6 +3,9 @@
 Each entry cites where its numbers come from. Compute figures are *dense* peak TFLOPS
 (NVIDIA datasheets often print the 2:4-sparse figure, twice as large; we halve it).
 Bandwidth is bytes/s, memory is bytes (decimal: 1 GB = 1e9 bytes, as datasheets use).
+NVIDIA entries also give the streaming multiprocessors (SMs), fp32 lanes per SM and boost clock (GHz)
+from the architecture whitepapers: SMs × lanes is what NVIDIA calls "CUDA cores" (chapter 04 sets them
+beside this CPU's cores), and cores × 2 (a fused multiply-add) × clock gives the fp32 figure.
 :func:`this_machine` builds an entry for the machine you run on from *measured* figures;
 :func:`match_accelerator` finds the entry of a GPU from the name torch gives it, and
 :func:`datasheet_tflops` its figure for a torch dtype name (``labkit gpu-check`` compares with them).
@@ -20,7 +23,9 @@ CATALOG_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 @dataclass(frozen=True)
 class Accelerator:
-    """One device: memory (bytes), memory bandwidth (bytes/s), dense peak TFLOPS per dtype."""
+    """One device: memory (bytes), memory bandwidth (bytes/s), dense peak TFLOPS per dtype; for a GPU
+    whose whitepaper gives them, ``sms`` (streaming multiprocessors), ``fp32_lanes_per_sm`` and
+    ``boost_clock_ghz`` (0 where unknown)."""
 
     name: str
     memory_bytes: float
@@ -28,6 +33,14 @@ class Accelerator:
     tflops: dict[str, float] = field(default_factory=dict)
     source: str = ""
     notes: str = ""
+    sms: int = 0
+    fp32_lanes_per_sm: int = 0
+    boost_clock_ghz: float = 0.0
+
+    @property
+    def cuda_cores(self) -> int:
+        """fp32 lanes on the chip (SMs × lanes per SM): NVIDIA's "CUDA cores"; 0 where unknown."""
+        return self.sms * self.fp32_lanes_per_sm
 
     def ops_per_byte(self, dtype: str = "fp16") -> float:
         """Ridge point of the roofline: peak FLOP/s ÷ bandwidth (FLOPs per byte moved).
@@ -47,12 +60,14 @@ ACCELERATORS: dict[str, Accelerator] = {
             {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "int8": 1978.9},
             "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM datasheet; sparse figures halved)",
             "HBM3; the tutorial's ops:byte example (989 / 3.35 ≈ 295)",
+            sms=132, fp32_lanes_per_sm=128, boost_clock_ghz=1.98,
         ),
         Accelerator(
             "H200", 141 * GB, 4.8 * TB,
             {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "int8": 1978.9},
             "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM datasheet; sparse figures halved)",
             "same compute die as H100, more and faster HBM3e",
+            sms=132, fp32_lanes_per_sm=128, boost_clock_ghz=1.98,
         ),
         Accelerator(
             "B200", 180 * GB, 8.0 * TB,
@@ -65,12 +80,14 @@ ACCELERATORS: dict[str, Accelerator] = {
             {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0, "int8": 624.0},
             "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM datasheet; sparse halved)",
             "Ampere: no FP8 tensor cores",
+            sms=108, fp32_lanes_per_sm=64, boost_clock_ghz=1.41,
         ),
         Accelerator(
             "L4", 24 * GB, 300 * GB,
             {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0, "fp8": 242.5, "int8": 242.5},
             "https://www.nvidia.com/en-us/data-center/l4/ (L4 datasheet; sparse figures halved)",
             "Ada, 72 W inference card, GDDR6",
+            sms=58, fp32_lanes_per_sm=128, boost_clock_ghz=2.04,
         ),
         Accelerator(
             "RTX 3060 12GB", 12 * GB, 360 * GB,
@@ -79,6 +96,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             "NVIDIA Ampere GA102 whitepaper (GeForce tensor rates, FP32 accumulate)",
             "consumer Ampere: no FP8; FP16 tensor rate with FP16 accumulate is twice the FP32-accumulate "
             "figure used here",
+            sms=28, fp32_lanes_per_sm=128, boost_clock_ghz=1.777,
         ),
         Accelerator(
             "RTX 4090", 24 * GB, 1008 * GB,
@@ -86,6 +104,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf "
             "(Ada whitepaper, dense, FP32 accumulate)",
             "GDDR6X",
+            sms=128, fp32_lanes_per_sm=128, boost_clock_ghz=2.52,
         ),
         Accelerator(
             "Apple M4", 16 * GB, 120 * GB,

@@ -3,8 +3,10 @@ records.
 
 That a merged LoRA model keeps the base's architecture and parameter count, that the eval splits are
 disjoint and that the scorer is exact hold by construction; they are unit tests
-(``tests/test_finetune.py``, ``tests/test_domain_eval.py``, ``tests/test_distill.py``). Whether the domain
-and generic sets rank the variants differently is recorded (``rankings_differ``), never asserted.
+(``tests/test_finetune.py``, ``tests/test_domain_eval.py``, ``tests/test_distill.py``). So does the
+merged model's speed (the same architecture does the same work per token): its measured ratio to the
+base is a ledger row, not a rule. Whether the domain and generic sets rank the variants differently is
+recorded (``rankings_differ``), never asserted.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 from . import Values, rule
 
 # the figures of a run on Intel AMX, 2 cores, 2026-12-01 (build/02b_choosing_a_model.ipynb), for holds_on
-RUN = {"base_domain_score": 0.27, "tuned_domain_score": 0.47, "tuned_over_base_tps": 0.97,
-       "student_over_teacher_tps": 1.20, "student_share": 0.29}
+RUN = {"base_domain_score": 0.27, "tuned_domain_score": 0.47, "student_over_teacher_tps": 1.20,
+       "student_share": 0.29}
 SHARE = 0.2  # of the teacher's domain score the student keeps: 4 of its 14 items held out were 0.29
 MARGIN = 0.10  # fine-tuned minus base, exact-match fraction: three items of the 30 held out
 
@@ -27,16 +29,6 @@ MARGIN = 0.10  # fine-tuned minus base, exact-match fraction: three items of the
 def finetune_beats_base(v: Values) -> tuple[bool, str]:
     b, t = v["base_domain_score"], v["tuned_domain_score"]
     return t - b >= MARGIN - 1e-9, f"{b:.0%} -> {t:.0%}"
-
-
-@rule("selection", "the merged fine-tuned model decodes at the base model's speed (0.85x to 1.18x)",
-      needs=("tuned_over_base_tps",),
-      # illustrative: adapters left unmerged run two extra small matmuls beside every projection
-      fails_on={"tuned_over_base_tps": 0.72},
-      holds_on={"tuned_over_base_tps": RUN["tuned_over_base_tps"]})
-def merged_same_speed(v: Values) -> tuple[bool, str]:
-    x = v["tuned_over_base_tps"]
-    return 0.85 <= x <= 1.18, f"{x:.2f}x the base's tokens/s"
 
 
 @rule("selection", "the distilled student decodes over 1.05x faster than its teacher",

@@ -1,9 +1,9 @@
 import pytest
 import torch
+from test_finetune import ITEMS, CharTok, tiny_llama
 
 from labkit.llm import distill as di
 from labkit.llm import finetune as ft
-from tests.test_finetune import ITEMS, CharTok, tiny_llama
 
 
 def test_kd_loss_is_zero_for_identical_logits_and_positive_otherwise():

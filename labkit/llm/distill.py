@@ -16,10 +16,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from ..hardware import microbench
-from .finetune import TrainRun, answer_loss, tail_logits
+from .finetune import TrainRun, answer_loss, tail_logits, train_steps
 
 
 def make_student(teacher, layers: Sequence[int]) -> Any:
@@ -82,22 +80,14 @@ def distill(student, teacher, batches: Sequence[dict[str, torch.Tensor]], lr: fl
     teacher.eval()
     student.train()
 
-    def loop() -> None:
-        for batch in tqdm(batches, desc=desc, disable=desc is None, leave=False):
-            with torch.no_grad():
-                target = tail_logits(teacher, batch, dev)
-            logits = tail_logits(student, batch, dev)
-            loss = kd_loss(logits, target, None, temperature)
-            if hard_weight:
-                loss = loss + hard_weight * answer_loss(logits, batch)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            run.losses.append(float(loss.detach()))
-            run.steps += 1
-            run.examples += int(batch["input_ids"].shape[0])
+    def loss_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            target = tail_logits(teacher, batch, dev)
+        logits = tail_logits(student, batch, dev)
+        loss = kd_loss(logits, target, None, temperature)
+        return loss + hard_weight * answer_loss(logits, batch) if hard_weight else loss
 
-    _, run.seconds = microbench.timed(loop, str(dev).split(":")[0])
+    train_steps(batches, loss_of, opt, run, dev, desc)
     student.eval()
     for p in student.parameters():
         p.requires_grad_(False)

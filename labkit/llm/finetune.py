@@ -12,7 +12,7 @@ Times are seconds.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,28 @@ def param_count(model) -> int:
     return n
 
 
+Batch = dict[str, torch.Tensor]
+
+
+def train_steps(batches: Sequence[Batch], loss_of: Callable[[Batch], torch.Tensor],
+                opt: torch.optim.Optimizer, run: TrainRun, device: Any, desc: str | None) -> TrainRun:
+    """One optimizer step per batch on ``loss_of(batch)``, the loop LoRA fine-tuning and distillation
+    (chapter 02b) share: each loss, step and example goes into ``run``, and ``run.seconds`` is the loop's
+    time (:func:`labkit.hardware.microbench.timed`, seconds)."""
+    def loop() -> None:
+        for batch in tqdm(batches, desc=desc, disable=desc is None, leave=False):
+            loss = loss_of(batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            run.losses.append(float(loss.detach()))
+            run.steps += 1
+            run.examples += int(batch["input_ids"].shape[0])
+
+    _, run.seconds = microbench.timed(loop, str(device).split(":")[0])
+    return run
+
+
 def lora_finetune(model, batches: Sequence[dict[str, torch.Tensor]], rank: int = 8, alpha: int = 16,
                   lr: float = 2e-3, top_layers: int | None = None, targets: Sequence[str] = TARGETS,
                   seed: int = 0, desc: str | None = "LoRA") -> tuple[Any, TrainRun]:
@@ -119,17 +141,7 @@ def lora_finetune(model, batches: Sequence[dict[str, torch.Tensor]], rank: int =
     dev = next(peft_model.parameters()).device
     peft_model.train()
 
-    def loop() -> None:
-        for batch in tqdm(batches, desc=desc, disable=desc is None, leave=False):
-            loss = answer_loss(tail_logits(peft_model, batch, dev), batch)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            run.losses.append(float(loss.detach()))
-            run.steps += 1
-            run.examples += int(batch["input_ids"].shape[0])
-
-    _, run.seconds = microbench.timed(loop, str(dev).split(":")[0])
+    train_steps(batches, lambda b: answer_loss(tail_logits(peft_model, b, dev), b), opt, run, dev, desc)
     peft_model.eval()
     return peft_model, run
 

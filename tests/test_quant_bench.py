@@ -176,6 +176,11 @@ def test_fused_int8_model_computes_labkits_int8_product_in_one_byte_per_weight(m
         a, b = P.window_logits(mf, base.ev), P.window_logits(m8, base.ev)
     assert torch.allclose(a, b, atol=1e-3)
     assert not isinstance(model.get_submodule(linears[0][0]), QB.FusedInt8Linear)  # the original is kept
+    fused = mf.get_submodule(linears[0][0])  # one row goes through the kernel, several through a float copy
+    x = torch.randn(3, fused.qweight.shape[1])
+    with torch.inference_mode():
+        one_by_one = torch.cat([fused(r[None]) for r in x])
+        assert torch.allclose(fused(x), one_by_one, atol=1e-4)
 
 
 def test_decode_rounds_interleave_and_ratio_interval_and_sentence(model, base):

@@ -14,6 +14,7 @@ from labkit.llm.speculative import (
     accept_sampled,
     expected_speedup,
     expected_tokens_per_pass,
+    prefill,
     roofline_verify_ratio,
     speculative_generate,
 )
@@ -62,6 +63,19 @@ def test_prompt_lookup_greedy_is_identical(llm, greedy_ref, k):
     _consistent(st, NEW)
     assert st.tokens_per_pass > 1.3  # the copy task: most drafts are looked up correctly
     assert st.target_passes < NEW
+
+
+def test_shared_prefill_gives_the_same_runs_and_is_left_as_found(llm, greedy_ref):
+    ids, ref = greedy_ref
+    cache = prefill(llm[0], ids)
+    assert cache.get_seq_length() == len(ids) - 1
+    for k in (2, 4):  # two runs on one prefill give what fresh prefills give; the cache is cut back each time
+        out, _ = speculative_generate(llm[0], ids, PromptLookupDrafter(), k=k, max_new_tokens=NEW,
+                                      cache=cache)
+        assert out == ref
+        assert cache.get_seq_length() == len(ids) - 1
+    with pytest.raises(ValueError, match="prefill"):  # another prompt's prefill is refused
+        speculative_generate(llm[0], ids + [ids[-1]], None, max_new_tokens=2, cache=cache)
 
 
 @pytest.mark.parametrize("k", [2, 4])

@@ -23,15 +23,18 @@ from .speculative import EarlyExitDrafter, SpecStats, speculative_generate
 
 
 def run_vs_plain(model: Any, prompt_ids: Sequence[int], drafter: Any, k: int, max_new_tokens: int,
-                 temperature: float = 0.0, plain_tokens: int = 4, seed: int = 0
+                 temperature: float = 0.0, plain_tokens: int = 4, seed: int = 0,
+                 cache: DynamicCache | None = None
                  ) -> tuple[list[int], SpecStats, float]:
     """A speculative run: ``(tokens, stats, speedup)``. A greedy run is preceded by a plain run of
     ``plain_tokens`` tokens on the same prompt; speedup = plain ÷ speculative decode seconds per
-    token (prefill excluded), timed back to back (NaN when sampling, seeded with ``seed``)."""
-    base = (speculative_generate(model, prompt_ids, None, max_new_tokens=plain_tokens)[1]
+    token (prefill excluded), timed back to back (NaN when sampling, seeded with ``seed``). ``cache``:
+    the prompt's :func:`~labkit.llm.speculative.prefill`, shared by the runs on it."""
+    base = (speculative_generate(model, prompt_ids, None, max_new_tokens=plain_tokens, cache=cache)[1]
             if temperature == 0 else None)
     out, st = speculative_generate(model, prompt_ids, drafter, k=k, max_new_tokens=max_new_tokens,
-                                   temperature=temperature, generator=torch.Generator().manual_seed(seed))
+                                   temperature=temperature, generator=torch.Generator().manual_seed(seed),
+                                   cache=cache)
     return out, st, base.decode_s_per_token / st.decode_s_per_token if base else float("nan")
 
 

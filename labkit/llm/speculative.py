@@ -186,19 +186,53 @@ def accept_sampled(drafts: Sequence[int], p: torch.Tensor, q: torch.Tensor | Non
 
 
 @torch.inference_mode()
+def prefill(model, prompt_ids: Sequence[int]) -> DynamicCache:
+    """The KV cache :func:`speculative_generate` starts from: every token of ``prompt_ids`` but the
+    last (which is fed with the first drafts). Pass it as ``cache`` to share one prefill among runs
+    on the same prompt (the prefill is outside the timed decode anyway)."""
+    cache = DynamicCache(config=model.config)
+    if len(prompt_ids) > 1:
+        ids = torch.tensor([list(prompt_ids)[:-1]], device=model.device)
+        model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+    return cache
+
+
+@torch.inference_mode()
 def speculative_generate(model, prompt_ids: Sequence[int], drafter=None, k: int = 4, max_new_tokens: int = 32,
                          temperature: float = 0.0, generator: torch.Generator | None = None,
-                         eos_token_id: int | None = None) -> tuple[list[int], SpecStats]:
+                         eos_token_id: int | None = None, cache: DynamicCache | None = None
+                         ) -> tuple[list[int], SpecStats]:
     """Generate up to ``max_new_tokens`` after ``prompt_ids`` (batch 1) with ``drafter`` proposing
     ``k`` tokens per target pass; ``drafter=None`` is plain decoding (one token per pass) through the
-    same code. Returns ``(new token ids, SpecStats)``."""
+    same code. ``cache``: :func:`prefill` of ``prompt_ids``, cut back to it on return so that the next
+    run can start from it too (default: a prefill of its own). Returns ``(new token ids, SpecStats)``."""
     dev = model.device
     ids, out, st = list(prompt_ids), cast(list[int], []), SpecStats()
     synchronize(str(dev))
     t_start = time.perf_counter()
-    cache = DynamicCache(config=model.config)
-    if len(ids) > 1:  # the cache holds every token but the last; the last is fed with the drafts
-        model(input_ids=torch.tensor([ids[:-1]], device=dev), cache=cache, use_cache=True, logits_to_keep=1)
+    kept = max(len(ids) - 1, 0)
+    if cache is None:
+        cache = prefill(model, ids)
+    elif cache.get_seq_length() != kept:
+        raise ValueError(f"the cache holds {cache.get_seq_length()} tokens, a prefill of this prompt {kept}: "
+                         "pass prefill(model, prompt_ids)")
+    try:
+        _decode(model, ids, out, st, cache, drafter, k, max_new_tokens, temperature, generator, eos_token_id)
+    finally:
+        if cache.get_seq_length() > kept:
+            cache.crop(kept - cache.get_seq_length())  # back to the prompt, for the next run
+    out = out[:max_new_tokens]
+    st.new_tokens = len(out)
+    synchronize(str(dev))
+    st.wall_s = time.perf_counter() - t_start
+    return out, st
+
+
+def _decode(model, ids: list[int], out: list[int], st: SpecStats, cache: DynamicCache, drafter, k: int,
+            max_new_tokens: int, temperature: float, generator: torch.Generator | None,
+            eos_token_id: int | None) -> None:
+    """:func:`speculative_generate`'s loop: extends ``ids`` and ``out``, counts into ``st``."""
+    dev = model.device
     while len(out) < max_new_tokens:
         kk = min(k, max_new_tokens - len(out) - 1) if drafter is not None else 0
         t0 = time.perf_counter()
@@ -231,11 +265,6 @@ def speculative_generate(model, prompt_ids: Sequence[int], drafter=None, k: int 
         out += new
         if eos_token_id is not None and out[-1] == eos_token_id:
             break
-    out = out[:max_new_tokens]
-    st.new_tokens = len(out)
-    synchronize(str(dev))
-    st.wall_s = time.perf_counter() - t_start
-    return out, st
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:

@@ -47,10 +47,9 @@ def _upper_cholesky_of_inverse(h: torch.Tensor) -> torch.Tensor:
     """Upper-triangular U with ``H⁻¹ = Uᵀ U``: what the paper's code gets from
     ``cholesky(cholesky_inverse(cholesky(H)), upper=True)``, with one Cholesky instead of three
     O(n³) steps. With J the order-reversing permutation and ``J H J = L Lᵀ``: ``U = J L⁻¹ J``."""
-    rev = torch.arange(h.shape[0] - 1, -1, -1, device=h.device)
-    low = torch.linalg.cholesky(h[rev][:, rev])
+    low = torch.linalg.cholesky(h.flip(0, 1))
     eye = torch.eye(h.shape[0], device=h.device, dtype=h.dtype)
-    return torch.linalg.solve_triangular(low, eye, upper=False)[rev][:, rev]
+    return torch.linalg.solve_triangular(low, eye, upper=False).flip(0, 1)
 
 
 def damped_cholesky(h: torch.Tensor, damp: float = 0.01, tries: int = 6) -> tuple[torch.Tensor, float]:

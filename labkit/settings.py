@@ -16,7 +16,9 @@ uses; chapter 00 explains why it matters on small machines), and :func:`base_url
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +121,22 @@ def set_threads(n: int | None = None) -> int:
     n = n or default_threads()
     torch.set_num_threads(n)
     return n
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None = None) -> Iterator[int]:
+    """``with torch_threads():`` torch's intra-op threads set to ``n`` (default: every logical CPU)
+    inside, restored after; yields the count. For work nothing times (chapter 06's GPTQ): the lab
+    measures on :func:`default_threads`, one thread on a 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    n = n or os.cpu_count() or 1
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)
 
 
 def base_url() -> str | None:

@@ -40,3 +40,17 @@ def test_threads(monkeypatch):
 def test_cache_dir_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "c"))
     assert prof.cache_dir() == tmp_path / "c" and (tmp_path / "c").is_dir()
+
+
+def test_torch_threads_sets_and_restores_even_on_error():
+    import torch
+
+    from labkit.settings import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(before + 1) as n:
+        assert n == torch.get_num_threads() == before + 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(before + 1):
+        raise RuntimeError("the work failed")
+    assert torch.get_num_threads() == before

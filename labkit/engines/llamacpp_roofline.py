@@ -33,6 +33,7 @@ from ..hardware.caches import last_level_cache_bytes
 from ..hardware.microbench import memory_bandwidth, time_fn
 from ..llm import gguf_header
 from ..llm.gguf_bytes import gguf_bytes_per_token
+from ..settings import torch_threads
 from . import llamacpp
 
 
@@ -46,17 +47,6 @@ def decode_point(params: float, bytes_per_token: float, tokens_per_s: float,
             "intensity": roofline.forward_flops(params, 1) / bytes_per_token,
             "flops_per_s": roofline.forward_flops(params, 1) * tokens_per_s,
             "achieved": roofline.bandwidth_achieved(tokens_per_s, bytes_per_token, bandwidth)}
-
-
-def _with_torch_threads(n: int, fn: Any) -> Any:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        return fn()
-    finally:
-        torch.set_num_threads(before)
 
 
 def decode_on_roofline(gguf: str | Path | None = None, threads: Sequence[int] = (1,), gen: int = 32,
@@ -83,8 +73,9 @@ def decode_on_roofline(gguf: str | Path | None = None, threads: Sequence[int] = 
     for t in threads:
         bws, sets, runs = [(bandwidth or {}).get(t, 0.0)], [], []
         for _ in range((rounds or {}).get(t, 1)):
-            bws.append(_with_torch_threads(t, lambda: memory_bandwidth("cpu", repeats=3))["gbps_best"] * 1e9)
-            small = _with_torch_threads(t, lambda: memory_bandwidth("cpu", model_set, repeats=5))
+            with torch_threads(t):
+                bws.append(memory_bandwidth("cpu", repeats=3)["gbps_best"] * 1e9)
+                small = memory_bandwidth("cpu", model_set, repeats=5)
             sets.append(small["gbps_best"] * 1e9)
             runs.append(llamacpp.bench(gguf, threads=t, prompt=0, gen=gen, reps=reps))
         best = max(runs, key=lambda b: b["gen_tps"])
@@ -139,9 +130,9 @@ def formats_on_roofline(files: Mapping[str, str | Path], threads: Sequence[int] 
     read: dict[int, list[float]] = {t: [] for t in threads}
     for _ in range(rounds):
         for t in threads:
-            copied = _with_torch_threads(t, lambda: memory_bandwidth("cpu", repeats=3))
-            copy[t].append(copied["gbps_best"] * 1e9)
-            read[t].append(_with_torch_threads(t, read_bandwidth))
+            with torch_threads(t):
+                copy[t].append(memory_bandwidth("cpu", repeats=3)["gbps_best"] * 1e9)
+                read[t].append(read_bandwidth())
             for f, p in files.items():
                 b = llamacpp.bench(p, threads=t, prompt=0, gen=gen, reps=reps)
                 samples[(f, t)] += b.get("gen_tps_samples", [b["gen_tps"]])

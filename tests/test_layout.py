@@ -1,8 +1,10 @@
 """The package's shape (issue: labkit grows up): every module names the chapter that teaches it,
-imports only go down the layers, no import cycles, modules small enough to read in one sitting."""
+imports only go down the layers, no import cycles, modules small enough to read in one sitting,
+notebook code cells of at most 30 lines."""
 
 import ast
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -155,3 +157,25 @@ def test_modules_stay_small():
     long = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in MODULES}
     over = {k: v for k, v in long.items() if v > MAX_LINES}
     assert not over, f"split these (at most {MAX_LINES} lines each): {over}"
+
+
+
+MAX_CELL_LINES = 30  # notebooks stay thin: prose, a few calls into labkit, a plot, a check
+
+
+def long_cells(notebook: Path, limit: int = MAX_CELL_LINES) -> list[tuple[int, int]]:
+    """``(cell index, lines)`` of ``notebook``'s code cells longer than ``limit`` lines."""
+    cells = json.loads(notebook.read_text())["cells"]
+    sizes = [(i, len("".join(c["source"]).splitlines())) for i, c in enumerate(cells)
+             if c["cell_type"] == "code"]
+    return [(i, n) for i, n in sizes if n > limit]
+
+
+def test_notebook_code_cells_stay_short(tmp_path):
+    notebooks = sorted((PKG.parent / "notebooks").glob("*.ipynb"))
+    over = {p.name: cells for p in notebooks if (cells := long_cells(p))}
+    assert not over, f"move logic into labkit (code cells of at most {MAX_CELL_LINES} lines): {over}"
+    nb = tmp_path / "long.ipynb"  # a 31-line code cell is caught, a long markdown cell is not
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": ["x = 1\n"] * 31},
+                                        {"cell_type": "markdown", "source": ["a\n"] * 40}]}))
+    assert long_cells(nb) == [(0, 31)]

@@ -1,6 +1,7 @@
 """README's "Try It Yourself map" and chapter 01's open-weights table (chapters 01-08): every notebook
 and section heading they cite exists, every ``make`` target and ``LABKIT_*`` variable they name is
-real. The 02b notebook is written alongside; a citation of it is only skipped while it is absent."""
+real, and each chapter's opening lists the boxes the map places in it. The 02b notebook is written
+alongside; a citation of it is only skipped while it is absent."""
 
 import json
 import re
@@ -97,3 +98,36 @@ def test_chapter_01_open_weights_table_points_at_real_sections():
 @pytest.mark.parametrize("notebook", sorted({c[0] for r in map_rows(README) for c in citations(r[1])}))
 def test_each_cited_notebook_is_a_chapter(notebook):
     assert notebook in CHAPTERS.values()
+
+
+OPENING_MARK = "**Try It Yourself boxes here:**"
+
+
+def opening_boxes(notebook: Path) -> set[str] | None:
+    """The boxes a chapter's opening cell lists after :data:`OPENING_MARK` (``*box*`` items), or
+    None when the opening has no such paragraph."""
+    first = "".join(json.loads(notebook.read_text())["cells"][0]["source"])
+    if OPENING_MARK not in first:
+        return None
+    para = first.split(OPENING_MARK, 1)[1].split("\n\n", 1)[0]
+    return {" ".join(box.split()) for box in re.findall(r"\*([^*]+)\*", para)}  # a box may wrap a line
+
+
+def boxes_by_notebook(readme: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for row in map_rows(readme):
+        for nb, _ in citations(row[1]):
+            out.setdefault(nb, set()).add(row[0])
+    return out
+
+
+def test_each_chapter_opening_lists_the_boxes_the_map_places_there(tmp_path):
+    wanted = boxes_by_notebook(README)
+    for notebook in CHAPTERS.values():
+        got = opening_boxes(NOTEBOOKS / notebook)
+        assert got is not None, f"{notebook}: its opening has no {OPENING_MARK!r} paragraph"
+        assert got == wanted.get(notebook, set()), f"{notebook}: opening {got}, map {wanted.get(notebook)}"
+    stale = tmp_path / "stale.ipynb"  # an opening that forgot a box the map places in its chapter
+    stale.write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": [
+        "# 07\n\n", f"{OPENING_MARK} *run Whisper locally* in \"1 · Whisper\".\n"]}]}))
+    assert opening_boxes(stale) == {"run Whisper locally"} != wanted["07_beyond_llms.ipynb"]

@@ -81,3 +81,8 @@ def test_plot_sensitivity():
             for i in (50, 500, 5000) for u in (0.5, 0.9)]
     ax = cost_compare.plot_sensitivity(rows)
     assert len(ax.lines) == 2
+    ax.figure.canvas.draw()  # the log axes' ticks are computed only when drawn
+    never = [dict(r, crossover_rpd=math.inf) for r in rows]  # an AVX2 run of chapter 08: no point at all
+    ax = cost_compare.plot_sensitivity(never)
+    ax.figure.canvas.draw()  # a log axis with no positive point raised here ("cannot be log-scaled")
+    assert ax.get_yscale() == "linear" and "never" in ax.texts[0].get_text()

@@ -109,7 +109,13 @@ def plot_sensitivity(rows: list[dict[str, Any]], ax: Any = None, title: str = ""
         x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts], float)
         y[~np.isfinite(y)] = np.nan
         ax.plot(x, y, "o-", ms=3, label=f"utilization target {u:.0%}")
-    ax.set(xscale="log", yscale="log", xlabel="prompt tokens per request", ylabel="crossover (requests/day)",
+    ever = any(np.isfinite(r["crossover_rpd"]) and r["crossover_rpd"] > 0 for r in rows)
+    ax.set(xscale="log", yscale="log" if ever else "linear", xlabel="prompt tokens per request",
+           ylabel="crossover (requests/day)",
            title=title or "where dedicated becomes cheaper (no point: never)")
+    if not ever:  # a log axis with no point cannot be drawn
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "dedicated never becomes cheaper\nat any prompt length or target", ha="center",
+                va="center", transform=ax.transAxes)
     ax.legend(fontsize=8)
     return ax

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..settings import torch_threads
 from .catalog import Accelerator
 from .microbench import time_fn
 from .roofline import matmul_flops
@@ -131,22 +132,18 @@ def thread_scaling(threads: Sequence[int] = (1, 2), rounds: int = 3, n: int = 10
         raise ValueError("give at least two thread counts, e.g. (1, 2), and rounds >= 1")
     if any(t < 1 for t in threads):
         raise ValueError(f"thread counts must be >= 1, got {list(threads)}")
-    before = torch.get_num_threads()
     a, b = torch.randn(n, n), torch.randn(n, n)
     src = torch.ones(nbytes // 4)
     dst = torch.empty_like(src)
     mm: dict[int, list[float]] = {t: [] for t in threads}
     cp: dict[int, list[float]] = {t: [] for t in threads}
-    try:
-        for _ in range(rounds):
-            for t in threads:
-                torch.set_num_threads(t)
+    for _ in range(rounds):
+        for t in threads:
+            with torch_threads(t):
                 mm_s = float(np.median(time_fn(lambda: a @ b, repeats=repeats)))
-                mm[t].append(matmul_flops(n, n, n) / mm_s)
                 copy_s = float(np.median(time_fn(lambda: dst.copy_(src), repeats=repeats)))
-                cp[t].append(2 * src.numel() * 4 / copy_s)
-    finally:
-        torch.set_num_threads(before)
+            mm[t].append(matmul_flops(n, n, n) / mm_s)
+            cp[t].append(2 * src.numel() * 4 / copy_s)
     lo, hi = threads[0], threads[-1]
     return {"threads": list(threads),
             "matmul_gflops": {t: float(np.median(v)) / 1e9 for t, v in mm.items()},

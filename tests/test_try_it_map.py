@@ -1,7 +1,6 @@
 """README's "Try It Yourself map" and chapter 01's open-weights table (chapters 01-08): every notebook
 and section heading they cite exists, every ``make`` target and ``LABKIT_*`` variable they name is
-real, and each chapter's opening lists the boxes the map places in it. The 02b notebook is written
-alongside; a citation of it is only skipped while it is absent."""
+real, and each chapter's opening lists the boxes the map places in it."""
 
 import json
 import re
@@ -39,8 +38,6 @@ def citations(cell: str) -> list[tuple[str, str]]:
 def check(notebook: str, heading: str) -> str | None:
     path = NOTEBOOKS / notebook
     if not path.exists():
-        if notebook == CHAPTERS["selection"]:
-            return None  # being written alongside: tolerated only while absent
         return f"{notebook} does not exist"
     return None if heading in headings(path) else f"{notebook} has no heading {heading!r}"
 

@@ -159,7 +159,6 @@ def test_modules_stay_small():
     assert not over, f"split these (at most {MAX_LINES} lines each): {over}"
 
 
-
 MAX_CELL_LINES = 30  # notebooks stay thin: prose, a few calls into labkit, a plot, a check
 
 

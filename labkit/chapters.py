@@ -46,27 +46,61 @@ def names(short: str) -> tuple[str, str, str, str]:
 
 
 def sources(short: str) -> list[Path]:
-    """What a chapter's recorded figures and verdicts come from, for the report's staleness test: its
-    notebook, its ledger file (``data/claims/NN_<short>.toml``) and its rules
-    (``labkit/checks/<short>.py``)."""
+    """What every run of a chapter depends on, whatever it imports: its notebook, its ledger file
+    (``data/claims/NN_<short>.toml``), its own checks (``labkit/checks/<short>.py``) and the checks'
+    machinery. A run adds what it used (:func:`used_sources`)."""
     number = names(short)[1]
     return [NOTEBOOKS / CHAPTERS[short], DATA / "claims" / f"{number}_{short}.toml",
-            REPO / "labkit" / "checks" / f"{short}.py"]
+            REPO / "labkit" / "checks" / f"{short}.py", REPO / "labkit" / "checks" / "__init__.py"]
 
 
-def digest(short: str) -> str:
-    """A 16-hex-digit digest of chapter ``short``'s :func:`sources` (a missing file counts as empty).
-    A notebook's outputs are left out, so an executed copy saved in place does not change it."""
-    import json
+def used_sources() -> list[str]:
+    """The files this process used that a chapter's figures depend on, relative to the checkout: every
+    labkit module it imported and every ``data/`` file it opened (:data:`labkit.paths.OPENED`)."""
+    from .paths import OPENED
 
-    h = hashlib.sha256()
-    for path in sources(short):
-        h.update(path.name.encode() + b"\0")
+    pkg = REPO / "labkit"
+    mods = set()
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        path = Path(f).resolve() if f else None
+        if path and path.is_relative_to(pkg) and not path.is_relative_to(pkg / "report"):
+            mods.add(str(path.relative_to(REPO)))
+    return sorted(mods | {p for p in OPENED if not p.startswith("data/claims/")})
+
+
+_HASHES: dict[tuple[str, int, int], bytes] = {}
+
+
+def _file_hash(path: Path) -> bytes:
+    """sha256 of a file's content (a notebook's cells without outputs; a missing file counts as empty),
+    cached per path, size and modification time."""
+    try:
+        st = path.stat()
+    except OSError:
+        return hashlib.sha256(b"").digest()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _HASHES:
         raw = path.read_bytes() if path.is_file() else b""
-        if path.suffix == ".ipynb" and raw:
+        if path.suffix == ".ipynb" and raw:  # outputs left out: an executed copy saved in place is the same
+            import json
+
             nb = json.loads(raw)
             raw = json.dumps([[c["cell_type"], "".join(c["source"])] for c in nb["cells"]]).encode()
-        h.update(raw + b"\0")
+        _HASHES[key] = hashlib.sha256(raw).digest()
+    return _HASHES[key]
+
+
+def digest(short: str, used: list[str] | tuple[str, ...] = ()) -> str:
+    """A 16-hex-digit digest of chapter ``short``'s :func:`sources` and the files a run of it ``used``
+    (paths relative to the checkout, as :func:`used_sources` gives them). The report compares it with
+    the digest a run recorded: any change to a notebook, ledger row, check, imported labkit module or
+    data file the run read makes that run stale."""
+    h = hashlib.sha256()
+    paths = sources(short) + [REPO / u for u in sorted(set(used))]
+    for path in dict.fromkeys(paths):
+        h.update(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path.name).encode() + b"\0")
+        h.update(_file_hash(path))
     return h.hexdigest()[:16]
 
 

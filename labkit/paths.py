@@ -9,6 +9,7 @@ folder, for a non-editable install); :func:`data` says how to get it when it is 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,3 +36,27 @@ def data(*parts: str) -> Path:
                 "to a copy of its data/ folder")
         raise FileNotFoundError(f"{path} is missing from the lab's data folder {DATA}")
     return path
+
+
+# The data files this process opened (paths relative to the checkout): a chapter's results name them,
+# so a change to any of them makes its recorded run stale (labkit.chapters.digest). Python's audit
+# hook sees every open() through Python (json, numpy, wave, tomllib...); a file a C library opens on
+# its own path is not seen.
+OPENED: set[str] = set()
+_DATA_PREFIX = str(DATA) + os.sep
+
+
+def used(path: str | Path) -> None:
+    """Note that this process read ``path``, when it lies in ``data/``: for a file a C library opens
+    itself (safetensors, an audio decoder), which the audit hook below cannot see."""
+    full = os.path.abspath(os.fspath(path))
+    if full.startswith(_DATA_PREFIX):
+        OPENED.add(os.path.relpath(full, REPO))
+
+
+def _note_open(event: str, args: tuple) -> None:
+    if event == "open" and args and isinstance(args[0], str | Path):
+        used(args[0])
+
+
+sys.addaudithook(_note_open)

@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .chapters import CHAPTERS, digest
+from .chapters import CHAPTERS, digest, used_sources
 from .paths import REPO, RESULTS_VAR, results_dir
 
 ENV_VAR = RESULTS_VAR
@@ -159,6 +159,15 @@ def load(chapter: str, folder: Path | None = None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("values"), dict) else None
 
 
+def unmeasured(chapter: str, key: str, why: str) -> None:
+    """Record that ``key`` could not be measured in this run, and ``why`` (e.g. "llama.cpp is not built
+    here: make llamacpp"): the report's verdict is then "not measured" with that reason, and the
+    chapter's closing cell does not count the figure as forgotten."""
+    if not isinstance(why, str) or not why.strip():
+        raise ValueError("why must say, in words, why the figure could not be measured")
+    _write(chapter, key, {"value": None, "unit": "", "note": why, "at": now(), "unmeasured": True})
+
+
 def record(chapter: str, key: str, value: bool | int | float | str, unit: str = "", note: str = "", *,
            spread: tuple[float, float, int] | None = None) -> None:
     """Record one figure a chapter measured or computed, for the report.
@@ -169,7 +178,6 @@ def record(chapter: str, key: str, value: bool | int | float | str, unit: str = 
     ``spread``: ``(lo, hi, n)`` when the value summarizes ``n`` repeated runs (e.g.
     :func:`labkit.stats.median_interval`); the report's verdict then uses the interval. The file is
     rewritten at once; the first call of a new process starts it afresh."""
-    path = results_path(chapter)
     if not isinstance(key, str) or not KEY.fullmatch(key):
         raise ValueError(f"key must be a name of letters, digits, '_', '.' or '-', got {key!r}")
     if not isinstance(unit, str) or not isinstance(note, str):
@@ -182,15 +190,25 @@ def record(chapter: str, key: str, value: bool | int | float | str, unit: str = 
         if not numbers or lo > hi:  # type: ignore[operator]
             raise ValueError(f"spread must be (lo, hi, n) with finite lo <= hi and n an int, got {spread!r}")
         extra = {"lo": lo, "hi": hi, "n": n}
+    entry: dict[str, Any] = {"value": v, "unit": unit, "note": note, "at": now(), **extra}
+    if nonfinite:
+        entry["nonfinite"] = nonfinite
+    _write(chapter, key, entry)
+
+
+def _write(chapter: str, key: str, entry: dict[str, Any]) -> None:
+    """Put ``entry`` under ``key`` in ``chapter``'s results file of this run, rewritten at once."""
+    path = results_path(chapter)
+    if not isinstance(key, str) or not KEY.fullmatch(key):
+        raise ValueError(f"key must be a name of letters, digits, '_', '.' or '-', got {key!r}")
     with _LOCK:
         data = load(chapter, path.parent)
         if data is None or data.get("run") != RUN_ID:
             data = header(chapter)
-        entry: dict[str, Any] = {"value": v, "unit": unit, "note": note, "at": now(), **extra}
-        if nonfinite:
-            entry["nonfinite"] = nonfinite
         data["values"][key] = entry
         data["updated"] = entry["at"]
+        data["sources"] = used_sources()  # what the run has used so far: its digest covers all of it
+        data["digest"] = digest(chapter, data["sources"])
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n")

@@ -217,7 +217,7 @@ def fixed(monkeypatch):
     """Fixed machine, git source and computed checks: no torch, diffusers or git in these tests."""
     for mod in (results, build):
         monkeypatch.setattr(mod, "machine_key", lambda: MACHINE)
-        monkeypatch.setattr(mod, "digest", lambda short: DIGESTS.get(short, "d0"))
+        monkeypatch.setattr(mod, "digest", lambda short, used=(): DIGESTS.get(short, "d0"))
     monkeypatch.setattr(results, "source", lambda: SOURCE)
     DIGESTS.clear()
     for name, value in FAKE_FNS.items():
@@ -447,11 +447,11 @@ def test_make_report_runs_then_reuses_and_writes_an_offline_site(tmp_path, monke
     assert sorted(calls) == ["hardware", "setup", "setup"]
     DIGESTS["hardware"] = "d1"  # its notebook, ledger file or rules changed
     why = build.staleness(results.load("hardware"), work / CHAPTERS["hardware"])
-    assert why == "its notebook, ledger file or rules changed since it ran"
+    assert why.startswith("its notebook, ledger file, checks, or a labkit module or data file it used")
     build.build(out, chapters=["setup"], build_dir=work)  # only setup may run; hardware is stale, left out
     assert calls.count("hardware") == 1
     assert not (out / "chapters" / "04_gpu_hardware.html").exists()
-    assert report_left_out(out)["hardware"].startswith("not run (its notebook, ledger file or rules changed")
+    assert report_left_out(out)["hardware"].startswith("not run (its notebook, ledger file, checks, or")
     build.build(out, build_dir=work)  # make report: only the changed chapter runs again
     assert calls.count("hardware") == 2 and calls.count("setup") == 2
     DIGESTS.clear()
@@ -498,7 +498,7 @@ def test_staleness_known_answers(tmp_path, fixed, monkeypatch):
     assert build.staleness({**header, "machine": "another"}, nb) == "recorded on another machine"
     assert build.staleness({**header, "profile": "full"}, nb) == "recorded with profile full"
     other_code = {**header, "digest": "d9"}
-    assert build.staleness(other_code, nb).startswith("its notebook, ledger file or rules changed")
+    assert build.staleness(other_code, nb).startswith("its notebook, ledger file, checks, or a labkit module")
     assert build.staleness(other_code, nb, just_ran=True) is None  # the run just made, whatever the code
     assert build.staleness({"values": {}}, nb).startswith("its results file has no run times")
 
@@ -560,3 +560,48 @@ def test_run_chapter_stamps_the_kernels_run_on_the_executed_copy(tmp_path, monke
     assert chapters.run_chapter("setup", timeout=120, out_dir=tmp_path / "build") == 0
     assert build.executed_run(executed) is None
     assert build.staleness(results.load("setup"), executed) is not None
+
+
+def test_the_committed_report_is_refused_from_a_tree_with_changes(tmp_path, monkeypatch):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "reports").mkdir(parents=True)
+    run = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)
+    run("init", "-q")
+    (repo / "x.py").write_text("1")
+    run("add", "x.py")
+    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x")
+    monkeypatch.setattr(build, "REPO", repo)
+    assert build.unclean(repo / "reports") is None  # a clean tree
+    (repo / "reports" / "index.html").write_text("new")  # the report's own files do not count
+    assert build.unclean(repo / "reports") is None
+    (repo / "x.py").write_text("2")
+    why = build.unclean(repo / "reports")
+    assert why and "x.py" in why and "--out" in why
+    assert build.unclean(tmp_path / "elsewhere") is None  # written elsewhere: any tree
+    assert build.unclean(tmp_path / "elsewhere", share=repo / "reports" / "machines")
+    assert build.main(["--out", str(repo / "reports")]) == 2
+
+
+def test_machine_labels_say_what_each_column_is():
+    from labkit.report.machines import machine_label
+
+    xeon = ("cpu · Intel(R) Xeon(R) Processor (x86_64, 2 cores / 2 threads, 24 GiB RAM, ISA avx avx2 fma "
+            "avx512f avx512_bf16 amx_tile) · torch 2.13.0+cpu · Python 3.11.7 · Linux")
+    capped = "AVX2 cap emulated on Intel Xeon (has AVX-512, BF16, AMX)"
+    assert machine_label(xeon + " · torch CPU kernels AVX2") == capped
+    assert machine_label(xeon + " · torch CPU kernels AVX512") == "Intel Xeon, AMX: real"
+    epyc = ("cpu · AMD EPYC 7B13 (x86_64, 2 cores / 2 threads, 24 GiB RAM, ISA avx avx2 fma) · torch · "
+            "torch CPU kernels AVX2")
+    assert machine_label(epyc) == "AMD EPYC 7B13, AVX2: real"
+
+
+def test_the_headline_counts_only_measured_holds_as_held_here():
+    by_kind = {k: dict.fromkeys(verdicts.VERDICTS, 0) for k in verdicts.KINDS}
+    by_kind["measured"] |= {"holds": 3, "does not hold here": 2, "not measured": 1}
+    by_kind["computed"] |= {"holds": 7}
+    by_kind["simulated"] |= {"holds": 4}
+    text = page.held_by_kind(by_kind)
+    assert "Held on this machine: <b>3</b> of 5 claims measured here" in text
+    assert "computed from configs, files or datasheets: 7 of 7 hold" in text and "simulated: 4 of 4" in text

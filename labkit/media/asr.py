@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..hardware.microbench import timed
-from ..paths import DATA
+from ..paths import DATA, used
 
 SAMPLE_RATE = 16_000  # Hz; Whisper resamples every input to this
 WINDOW_S = 30.0  # seconds of audio the encoder always processes (shorter clips are padded)
@@ -106,6 +106,7 @@ def load_audio(path: str | Path) -> np.ndarray:
             f"{path} not found; the lab's clips are in {AUDIO_DIR} "
             "(recreate them with `python data/audio/make_audio.py`)"
         )
+    used(path)
     return decode_audio(str(path), sampling_rate=SAMPLE_RATE)
 
 

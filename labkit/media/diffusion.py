@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..hardware.microbench import timed
+from ..paths import used
 from . import digits
 from .digits import DIGITS_DIR
 
@@ -102,6 +103,8 @@ def pipeline_source(name: str) -> tuple[str, bool]:
                 f"{folder} has no model_index.json; the shipped pipeline is missing "
                 "(git checkout data/digits-sdxl, or retrain: python data/digits-sdxl/train.py)"
             )
+        for f in folder.rglob("*.safetensors"):
+            used(f)  # read by safetensors' own code, which Python's audit hook does not see
         return str(folder), True
     if "/" not in name:
         raise ValueError(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import DATA
+from ..paths import DATA, used
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 SIZE = 16  # pixels per side of the images the pipeline draws (the 8x8 digits upsampled 2x)
@@ -86,6 +86,7 @@ def load_classifier(folder: str | Path = DIGITS_DIR):
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; recreate it with `python data/digits-sdxl/train.py`")
     model = classifier()
+    used(path)
     model.load_state_dict(load_file(path))
     return model.eval()
 

@@ -4,7 +4,8 @@ the lab report (every chapter).
 For each chapter the report needs two things from one run: ``build/results/<chapter>.json`` (what
 the chapter recorded, :mod:`labkit.results`) and the executed notebook ``build/<notebook>.ipynb``.
 It reuses them when they come from the same chapter sources (the digest of its notebook, ledger
-file and rules, :func:`labkit.chapters.digest`), this machine and this profile, the notebook was
+file, checks, and every labkit module and data file the run used, :func:`labkit.chapters.digest`),
+this machine and this profile, the notebook was
 written after the last value was recorded, and the run raised no error; otherwise it runs the
 chapter (:func:`labkit.chapters.run_chapter`). So ``make report`` re-runs only the chapters whose
 digest changed. ``--rerun`` runs every chapter; ``--chapters`` picks some (the others are reused
@@ -52,8 +53,9 @@ def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = Fals
     machine, _ = machine_key()
     if data.get("machine") != machine:
         return "recorded on another machine"
-    if not just_ran and data.get("digest") != digest(data.get("chapter", "")):
-        return "its notebook, ledger file or rules changed since it ran"
+    if not just_ran and data.get("digest") != digest(data.get("chapter", ""), data.get("sources", [])):
+        return ("its notebook, ledger file, checks, or a labkit module or data file it used changed since "
+                "it ran")
     if data.get("profile") != profile().name:
         return f"recorded with profile {data.get('profile')}"
     if not executed.is_file():
@@ -102,8 +104,8 @@ def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: 
             return info
     elif why is None:
         assert data is not None  # staleness() says None only of usable results
-        print(f"== {number} {short}: reusing its run of {data['started']} (same notebook, ledger and rules, "
-              "machine and profile)")
+        print(f"== {number} {short}: reusing its run of {data['started']} (same notebook, ledger, checks, "
+              "modules and data files, machine and profile)")
         info["state"] = "reused a run of the same chapter sources on this machine"
     else:
         print(f"== {number} {short}: not run ({why})")
@@ -112,7 +114,7 @@ def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: 
     assert data is not None
     status = notebook_status(nbformat.read(executed, as_version=4))
     info.update(ok=status["ok"], error=status["error"], date=data["started"], data=data, executed=executed,
-                digest=data.get("digest", ""))
+                digest=data.get("digest", ""), sources=data.get("sources", []))
     return info
 
 
@@ -161,6 +163,31 @@ def build(out: Path, chapters: list[str] | None = None, rerun: bool = False, tim
     return report
 
 
+def unclean(out: Path, share: Path | None = None) -> str | None:
+    """Why a report may not be written into the committed ``reports/`` now (``None``: it may): the
+    checkout differs from its commit outside ``reports/`` and ``build/``, so no commit anyone can check
+    out would have made it. A report written elsewhere (``--out``) may come from any tree."""
+    committed = (REPO / "reports").resolve()
+    targets = [p.resolve() for p in (out, share) if p is not None]
+    if not any(t == committed or t.is_relative_to(committed) for t in targets):
+        return None
+    import subprocess
+
+    try:
+        changed = subprocess.run(["git", "status", "--porcelain", "--", ".", ":(exclude)reports",
+                                  ":(exclude)build"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if changed.returncode != 0:
+        return None  # not a git checkout: nothing to name
+    lines = [x for x in changed.stdout.splitlines() if x.strip()]
+    if not lines:
+        return None
+    shown = ", ".join(x[3:] for x in lines[:5]) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+    return (f"the checkout has changes not committed ({shown}); the committed report must name a commit "
+            "anyone can check out: commit them first, or write the report elsewhere with --out DIR")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit.report", description="Check every claim of the "
                                 "tutorial on this machine and write the lab report (HTML, offline).")
@@ -174,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share", type=Path, metavar="DIR",
                    help="also copy this machine's file into DIR (e.g. reports/machines, from another --out)")
     a = p.parse_args(argv)
+    why = unclean(a.out, a.share)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         t0 = time.perf_counter()
         report = build(a.out, a.chapters, a.rerun, a.timeout, a.build_dir)

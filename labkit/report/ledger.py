@@ -7,18 +7,22 @@ judges it:
 * ``id``; ``claim`` (a title); ``tutorial`` (what the tutorial says, in our words, with its figure);
   ``section`` (the tutorial's section it comes from); ``measure`` (how the lab gets the figure);
 * ``evidence``: what kind of evidence the verdict rests on, counted apart in the report:
-  ``measured`` (measured on this machine by the chapter), ``gpu`` (only a GPU can measure it:
-  ``gpu`` names the computed expectation shown until a GPU run exists), ``computed`` (from
-  shipped configs, files or datasheets: the same on every machine), ``arithmetic`` (the tutorial's
-  own arithmetic re-done with its own inputs) or ``outside`` (an outside fact, such as uptime or a
-  release date, that no offline lab can check: no key, the verdict says so and ``reason`` why);
+  ``measured`` (measured on this machine by the chapter: a timing, a score, a count of a real run),
+  ``simulated`` (a model's output, such as the fleet or batching simulator, even when fed measured
+  inputs), ``gpu`` (only a GPU can measure it: ``gpu`` names the computed expectation shown until a
+  GPU run exists), ``computed`` (derived from shipped configs, files, tensors or datasheets: the same
+  on every machine), ``lookup`` (a datasheet, price list or config value restated as it is),
+  ``arithmetic`` (the tutorial's own arithmetic re-done with its own inputs) or ``outside`` (an
+  outside fact, such as uptime or a release date, that no offline lab can check: no key, the verdict
+  says so and ``reason`` why). A row whose outcome follows from its own construction (an identity)
+  is no claim: it is one of the lab's own checks (:mod:`labkit.checks`) or a unit test;
 * ``key``: the figure, a key the chapter records, ``other_chapter/key``, or ``fn:name`` for a check
   the report computes itself (:mod:`labkit.report.computed`);
 * ``expect``: when it holds (grammar below). A figure recorded with a spread (``lo``/``hi`` over
   repeated runs) holds only when the whole interval does, fails when none of it does, and is
   ``inconclusive`` otherwise;
 * ``fails``: the verdict when ``expect`` does not hold: ``not here`` (this machine: only for
-  measured and gpu rows), ``wrong`` (the tutorial is) or ``depends`` (the figure depends on a
+  measured, simulated and gpu rows), ``wrong`` (the tutorial is) or ``depends`` (the figure depends on a
   choice such as the model or workload: ``also`` shows the figures it depends on); ``reason``: why,
   shown with that verdict; ``also``: figures shown beside the value.
 
@@ -38,7 +42,7 @@ from typing import Any
 from ..chapters import CHAPTERS, names
 from ..paths import DATA
 
-EVIDENCE = ("measured", "gpu", "computed", "arithmetic", "outside")
+EVIDENCE = ("measured", "simulated", "gpu", "computed", "lookup", "arithmetic", "outside")
 FAILS = ("not here", "wrong", "depends")
 FIELDS = ("id", "claim", "tutorial", "section", "measure", "evidence", "reason")
 JUDGED = ("key", "expect", "fails")  # every row but an ``outside`` one
@@ -152,7 +156,7 @@ def _claim(row: dict[str, Any], chapter: str, n: int, path: Path) -> Claim:
                      "", row["reason"], row["section"])
     if fails not in FAILS:
         raise ValueError(f"{where}: fails must be one of {FAILS}, got {fails!r}")
-    if fails == "not here" and evidence not in ("measured", "gpu"):
+    if fails == "not here" and evidence not in ("measured", "simulated", "gpu"):
         raise ValueError(f"{where}: a {evidence} figure is the same on every machine, so it cannot fail "
                          "'not here': use 'wrong' or 'depends'")
     if evidence == "gpu" and not row.get("gpu"):

@@ -53,6 +53,26 @@ def relative_paths(obj: Any, repo: Path = REPO, home: Path | None = None) -> Any
     return obj
 
 
+def machine_label(machine: str) -> str:
+    """A short name for a machine line that says what it is: the CPU or GPU, its fastest feature, and
+    whether torch's kernels were capped below what the CPU has (``make report-avx2`` emulates an
+    AVX2-only CPU on a newer one), e.g. ``Intel Xeon, AMX: real`` or ``AVX2 cap emulated on Intel
+    Xeon (has AVX-512, AMX)``."""
+    parts = machine.split(" · ")
+    if parts[0] != "cpu" and len(parts) > 1:
+        return f"{parts[1].split(' (')[0]}: real GPU"
+    cpu = parts[1] if len(parts) > 1 else machine
+    name = cpu.split(" (")[0].replace("(R)", "").replace("(TM)", "").replace(" Processor", "").strip()
+    isa = cpu.split("ISA ", 1)[1].rstrip(")").split() if "ISA " in cpu else []
+    has = [label for flag, label in (("avx512f", "AVX-512"), ("avx512_bf16", "BF16"), ("amx_tile", "AMX"))
+           if flag in isa]
+    tag = "torch CPU kernels "
+    kernels = next((p.removeprefix(tag) for p in parts if p.startswith(tag)), "")
+    if kernels == "AVX2" and "AVX-512" in has:
+        return f"AVX2 cap emulated on {name} (has {', '.join(has)})"
+    return f"{name}, {has[-1] if has else 'AVX2'}: real" if name else machine
+
+
 def machine_record(report: dict[str, Any]) -> dict[str, Any]:
     """What one machine's file holds, from the report dict: the machine, when and from what, each
     chapter's digest, run and values, and each claim's value, spread and verdict."""

@@ -11,24 +11,31 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from .machines import machine_label
 from .verdicts import VERDICTS, fmt_value
 
 COLORS = {"holds": "#1a7f37", "does not hold here": "#9a6700", "depends": "#8250df", "wrong": "#cf222e",
           "inconclusive": "#bc4c00", "needs a GPU": "#0969da", "not measured": "#6e7781",
           "not checkable offline": "#57606a"}
-KIND_TEXT = {"measured": "measured on this machine", "gpu": "needs a GPU to measure",
+KIND_TEXT = {"measured": "measured on this machine",
+             "simulated": "simulated (a model's output, fed measured inputs)",
+             "gpu": "needs a GPU to measure",
              "computed": "computed from configs, files or datasheets (any machine)",
+             "lookup": "looked up: a datasheet, price or config value restated",
              "arithmetic": "the tutorial's own arithmetic, re-done", "outside": "an outside fact"}
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto;
-       max-width: 1280px; padding: 0 16px; color: #1f2328; }
+       max-width: 1360px; padding: 0 16px; color: #1f2328; }
 h1 { font-size: 24px; margin-bottom: 4px; } h2 { font-size: 19px; margin-top: 32px; }
 .meta { color: #57606a; font-size: 13px; } .meta code { font-size: 12px; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0; }
-th, td { border-bottom: 1px solid #d0d7de; padding: 6px 8px; text-align: left; vertical-align: top; }
+table.claims { table-layout: fixed; }
+th, td { border-bottom: 1px solid #d0d7de; padding: 6px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
 th { background: #f6f8fa; font-size: 13px; }
 td.q { font-style: italic; color: #424a53; max-width: 340px; }
-td.v { white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.v { font-variant-numeric: tabular-nums; }
+.headline { font-size: 17px; } .headline b { font-size: 20px; }
 .small { color: #57606a; font-size: 12px; } .badge { color: #fff; border-radius: 10px;
   padding: 1px 8px; font-size: 12px; white-space: nowrap; }
 .counts span { margin-right: 12px; }
@@ -98,6 +105,21 @@ def kind_counts(by_kind: dict[str, dict[str, int]]) -> str:
     return f"<table><tr><th>evidence</th>{head}<th>rows</th></tr>{body}</table>"
 
 
+def held_by_kind(by_kind: dict[str, dict[str, int]]) -> str:
+    """The headline: how many measured claims held on this machine, then the holds of every other kind
+    of evidence counted apart (a computed or looked-up hold is no measurement)."""
+    def holds(kind: str) -> tuple[int, int]:
+        counts = by_kind.get(kind, {})
+        judged = sum(n for v, n in counts.items() if v not in ("not checkable offline", "not measured"))
+        return counts.get("holds", 0), judged
+
+    held, of = holds("measured")
+    rest = "; ".join(f"{escape(KIND_TEXT[k].split(' (')[0].split(':')[0])}: {h} of {n} hold"
+                     for k in ("simulated", "computed", "lookup", "arithmetic") for h, n in [holds(k)] if n)
+    return (f'<p class="headline">Held on this machine: <b>{held}</b> of {of} claims measured here.</p>'
+            f'<p class="small">Other evidence, counted apart: {rest}.</p>')
+
+
 def chapter_rows(chapters: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> str:
     """The chapter index: number, name, page link, where its results came from, and its verdicts."""
     out = []
@@ -143,10 +165,13 @@ def index_page(report: dict[str, Any]) -> str:
     commit += " with local changes" if src.get("dirty") else ""
     counts = "".join(f"<span>{badge(v)} {n}</span>" for v, n in report["summary"].items() if n)
     others = [m for m in report.get("machines", []) if m.get("machine") != report["machine"]]
-    heads = "".join(f'<th>{escape(m["machine"].split(" · ")[1] if " · " in m["machine"] else m["machine"])}'
+    heads = "".join(f'<th>{escape(machine_label(m["machine"]))}'
                     f'<div class="small">{escape(m.get("date", "")[:10])}, '
                     f'{escape(m.get("commit", ""))}</div></th>'
                     for m in others)
+    cols = ('<colgroup><col style="width:17%"><col style="width:19%"><col style="width:10%">'
+            '<col style="width:22%"><col style="width:14%">' + '<col style="width:9%">' * len(others)
+            + '<col style="width:7%"></colgroup>')
     claims = "\n".join(claim_row(r, report["chapters"], others) for r in report["rows"])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -154,15 +179,20 @@ def index_page(report: dict[str, Any]) -> str:
 <title>Inference Engineering Lab: the tutorial's claims, checked</title><style>{CSS}</style></head>
 <body>
 <h1>The tutorial's claims, checked on this machine</h1>
-<p class="meta">Machine: {escape(report["machine"])}<br>Report made {escape(report["date"])} from commit
+<p class="meta">Machine: <b>{escape(machine_label(report["machine"]))}</b> &middot;
+{escape(report["machine"])}<br>Report made {escape(report["date"])} from commit
 <code>{escape(commit)}</code>, profile <code>{escape(report["profile"])}</code>, by <code>make report</code>
 (<code>python -m labkit.report</code>). Measured values carry the date their chapter recorded them.</p>
+{held_by_kind(report["by_kind"])}
 <p class="counts">{counts}</p>
 <h2>Verdicts by kind of evidence</h2>
-<p class="small">A claim "holds" on one of four kinds of evidence, counted apart: a figure measured on this
-machine, one computed from shipped configs, files or datasheets (the same on any machine), the tutorial's
-own arithmetic re-done with its own inputs, or (for a GPU claim) a GPU run. Outside facts (uptime, release
-dates) are listed but no offline lab can check them.</p>
+<p class="small">Only a figure measured on this machine makes a claim "held on this machine". The other
+kinds are counted apart: a simulation (a model's output, even when fed measured inputs), a figure computed
+from shipped configs, files or datasheets (the same on any machine), a value looked up and restated, the
+tutorial's own arithmetic re-done with its own inputs, or (for a GPU claim) a GPU run. Outside facts
+(uptime, release dates) are listed but no offline lab can check them. What the lab checks of its own code
+(the from-scratch model equals transformers', speculation writes what plain decoding writes) is no claim:
+those checks run in each chapter and fail it when the code is wrong.</p>
 {kind_counts(report["by_kind"])}
 <p class="small"><b>holds</b>: the value meets the expected range (a value with a spread over repeated runs
 holds only when the whole interval does). <b>does not hold here</b>: it does not, on this machine (the
@@ -179,8 +209,8 @@ needs to run to read it.</p>
 </table>
 <h2>Claims</h2>
 <p class="small">{len(report["rows"])} claims.{OTHERS if others else ""}</p>
-<table><tr><th>claim</th><th>the tutorial says</th><th>value here</th><th>how it is measured</th>
-<th>verdict</th>{heads}<th>chapter</th></tr>
+<table class="claims">{cols}<tr><th>claim</th><th>the tutorial says</th><th>value here</th>
+<th>how it is measured</th><th>verdict</th>{heads}<th>chapter</th></tr>
 {claims}
 </table>
 <h2>Every recorded value</h2>

@@ -25,7 +25,7 @@ from .ledger import Claim, holds, split_key
 
 VERDICTS = ("holds", "does not hold here", "depends", "wrong", "inconclusive", "needs a GPU", "not measured",
             "not checkable offline")
-KINDS = ("measured", "gpu", "computed", "arithmetic", "outside")
+KINDS = ("measured", "simulated", "gpu", "computed", "lookup", "arithmetic", "outside")
 Results = dict[str, dict[str, Any] | None]
 
 

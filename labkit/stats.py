@@ -1,4 +1,4 @@
-"""Percentiles and summaries that stay honest on empty input (chapters 02 and 08): every figure is
+"""Percentiles, summaries and intervals (chapters 02, 02b, 06 and 08): every figure is
 NaN when there is nothing to summarize, never 0. Values keep their own units (seconds, tokens, ...).
 
 Bottom layer: imports nothing from labkit. Percentiles are numpy's default (linear interpolation),
@@ -74,3 +74,65 @@ def ratio_interval(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"need the same number (>= 1) of rounds, got {a.size} and {b.size}")
     return median_interval(a / b, confidence)
+
+
+def wilson(k: int, n: int, confidence: float = 0.95) -> dict[str, float]:
+    """A proportion ``k / n`` with its Wilson score interval (chapters 02b and 06: a score on n items).
+    Returns ``k``, ``n``, ``p``, ``lo`` and ``hi`` (fractions); NaN figures when ``n`` is 0.
+    ``ValueError`` unless ``0 <= k <= n``."""
+    if not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return {"k": 0, "n": 0, "p": NAN, "lo": NAN, "hi": NAN}
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return {"k": k, "n": n, "p": k / n, "lo": float(ci.low), "hi": float(ci.high)}
+
+
+def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> dict[str, float]:
+    """Exact McNemar test of two systems scored on the same items (chapter 02b): ``a_only`` (items only
+    ``a`` got right), ``b_only``, and ``p``, the two-sided exact binomial p-value that the discordant
+    items split evenly (1.0 when there are none). ``ValueError`` unless both score the same items."""
+    if len(a) != len(b):
+        raise ValueError(f"score the same items: got {len(a)} and {len(b)}")
+    a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    if a_only + b_only == 0:
+        return {"a_only": 0, "b_only": 0, "p": 1.0}
+    from scipy.stats import binomtest
+
+    return {"a_only": a_only, "b_only": b_only, "p": float(binomtest(a_only, a_only + b_only).pvalue)}
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], groups: Sequence[object] | None = None,
+                     stat: str = "diff", confidence: float = 0.95, resamples: int = 2000,
+                     seed: int = 0) -> dict[str, float]:
+    """A paired comparison of per-item figures ``a`` and ``b`` (same items, same order) with a
+    percentile bootstrap interval (chapters 02b and 06). ``stat``: ``diff`` (mean of ``b`` minus mean
+    of ``a``) or ``ratio`` (mean of ``b`` over mean of ``a``). ``groups``: the unit items cluster in
+    (e.g. the invoice an item was asked about, the window a token sits in): whole groups are resampled.
+    Returns ``value``, ``lo``, ``hi`` and ``n`` (groups). ``ValueError`` on unequal lengths or no items."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.size == 0:
+        raise ValueError(f"need the same number (>= 1) of paired items, got {x.size} and {y.size}")
+    if stat not in ("diff", "ratio"):
+        raise ValueError(f"stat must be 'diff' or 'ratio', got {stat!r}")
+    keys = list(range(x.size)) if groups is None else list(groups)
+    if len(keys) != x.size:
+        raise ValueError(f"groups must name one group per item: {len(keys)} for {x.size} items")
+    labels = {g: i for i, g in enumerate(dict.fromkeys(keys))}
+    idx = np.array([labels[g] for g in keys])
+    sums = np.zeros((len(labels), 3))
+    np.add.at(sums, idx, np.c_[x, y, np.ones_like(x)])
+
+    def value(s: np.ndarray) -> np.ndarray:
+        ma, mb = s[..., 0] / s[..., 2], s[..., 1] / s[..., 2]
+        return mb - ma if stat == "diff" else mb / ma
+
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(labels), size=(resamples, len(labels)))
+    boot = value(sums[picks].sum(axis=1))
+    tail = (1 - confidence) / 2
+    lo, hi = np.nanquantile(boot, [tail, 1 - tail])
+    return {"value": float(value(sums.sum(axis=0))), "lo": float(lo), "hi": float(hi), "n": len(labels)}

@@ -43,3 +43,56 @@ def test_ratio_interval_divides_round_by_round():
     assert r["n"] == 3 and r["median"] == 2.0 and r["lo"] == 1.5 and r["hi"] == 2.0
     with pytest.raises(ValueError, match="same number"):
         ratio_interval([1.0, 2.0], [1.0])
+
+
+def test_wilson_matches_the_formula_and_the_issue_figures():
+    import math
+
+    from labkit.stats import wilson
+
+    k, n, z = 8, 30, 1.959963984540054
+    p = k / n
+    scale = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / scale
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / scale
+    w = wilson(k, n)
+    assert math.isclose(w["lo"], centre - half, rel_tol=1e-9)
+    assert math.isclose(w["hi"], centre + half, rel_tol=1e-9)
+    assert round(w["lo"], 2) == 0.14 and round(w["hi"], 2) == 0.44  # base 8/30: 14-44%
+    assert wilson(0, 10)["lo"] == 0 and wilson(10, 10)["hi"] == 1
+    assert math.isnan(wilson(0, 0)["p"])
+    with pytest.raises(ValueError):
+        wilson(5, 3)
+
+
+def test_mcnemar_counts_discordant_items_and_is_exact():
+    from labkit.stats import mcnemar
+
+    a = [True] * 8 + [False] * 22
+    b = [True] * 8 + [True] * 6 + [False] * 16
+    r = mcnemar(a, b)
+    assert (r["a_only"], r["b_only"]) == (0, 6) and abs(r["p"] - 2 * 0.5**6) < 1e-12
+    assert mcnemar(a, a)["p"] == 1.0
+    # 14 vs 8 right with 8 discordant against 2: p = P(X <= 2 | 10, 1/2) * 2
+    c = [True] * 6 + [False] * 2 + [True] * 8 + [False] * 14
+    d = [True] * 6 + [True] * 2 + [False] * 8 + [False] * 14
+    assert mcnemar(c, d)["a_only"] == 8 and mcnemar(c, d)["b_only"] == 2
+    with pytest.raises(ValueError):
+        mcnemar([True], [True, False])
+
+
+def test_paired_bootstrap_is_exact_for_a_constant_shift_and_wider_by_cluster():
+    from labkit.stats import paired_bootstrap
+
+    a = np.arange(20.0)
+    r = paired_bootstrap(a, a + 2)
+    assert all(abs(r[k] - 2.0) < 1e-9 for k in ("value", "lo", "hi")) and r["n"] == 20
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=40)
+    y = x + rng.normal(0.5, 1.0, size=40) + np.repeat(rng.normal(0, 2, size=8), 5)  # clustered by 5
+    free = paired_bootstrap(x, y)
+    clustered = paired_bootstrap(x, y, groups=np.repeat(np.arange(8), 5))
+    assert clustered["n"] == 8 and clustered["hi"] - clustered["lo"] > free["hi"] - free["lo"]
+    assert paired_bootstrap([2.0, 4.0], [1.0, 2.0], stat="ratio")["value"] == 0.5
+    with pytest.raises(ValueError):
+        paired_bootstrap([1.0], [1.0, 2.0])

@@ -6,8 +6,9 @@ its notebook's file name with or without the number (``01_key_concepts``, ``key_
 trailing ``.ipynb`` is fine). :func:`resolve` maps any of them to the short name.
 
 :func:`run_chapter` executes a notebook headless in a fresh kernel (nbclient), writes the
-executed copy to ``build/``, prints every line the notebook's checks printed, and returns
-a process exit code (0 when every cell ran, so every check held).
+executed copy to ``build/``, prints what its last cell printed (the lab's own checks, then the
+chapter's claims with their verdicts), and returns a process exit code (0 when every cell ran, so
+every check held).
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def _recorded_run(short: str) -> str | None:
 
 
 def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> int:
-    """Execute chapter ``name`` top to bottom; print its ``CHECK`` lines; 0 if all held.
+    """Execute chapter ``name`` top to bottom; print what its last cell printed (the lab's checks, then
+    the chapter's claims with their verdicts); 0 if every cell ran, so every check held.
 
     The executed copy carries the run id its kernel recorded results under (``metadata.labkit.run``),
     so the report pairs a chapter's page with the very run whose figures it shows (a run that wrote
@@ -166,10 +168,10 @@ def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> 
         if after and after != before:  # this kernel recorded: stamp its run on the copy
             nb.metadata["labkit"] = {"run": after}
         nbformat.write(nb, out)
-    for cell in nb.cells:
+    last = [c for c in nb.cells if c.cell_type == "code"][-1:]  # verify(): the checks, then the claims
+    for cell in last:
         for o in cell.get("outputs", []):
             for line in str(o.get("text", "")).splitlines():
-                if line.startswith(("CHECK", "✔", "✘")):
-                    print(line)
+                print(line)
     print(f"executed copy: {out}")
     return status

@@ -542,7 +542,7 @@ def _one_cell_chapter(folder: Path, source: str) -> None:
     nbformat.write(nb, folder / CHAPTERS["setup"])
 
 
-def test_run_chapter_stamps_the_kernels_run_on_the_executed_copy(tmp_path, monkeypatch):
+def test_run_chapter_stamps_the_kernels_run_on_the_executed_copy(tmp_path, monkeypatch, capsys):
     """The report pairs a page with the run whose figures it shows: an executed copy carries the run id
     its kernel recorded under, and a run that recorded nothing carries none."""
     from labkit import chapters
@@ -551,8 +551,11 @@ def test_run_chapter_stamps_the_kernels_run_on_the_executed_copy(tmp_path, monke
     monkeypatch.setattr(chapters, "NOTEBOOKS", tmp_path)
     monkeypatch.setattr(chapters, "REPO", tmp_path)
     monkeypatch.setattr(chapters, "available", lambda: {"setup": CHAPTERS["setup"]})
-    _one_cell_chapter(tmp_path, "from labkit import results\nresults.record('setup', 'x', 1.0, 'u')")
+    _one_cell_chapter(tmp_path, "from labkit import results\nresults.record('setup', 'x', 1.0, 'u')\n"
+                                "print('CHECK ok   it held')\nprint('holds  1.0 a claim')")
     assert chapters.run_chapter("setup", timeout=120, out_dir=tmp_path / "build") == 0
+    shown = capsys.readouterr().out  # the last cell's output: the checks, then the claims
+    assert "CHECK ok   it held" in shown and "holds  1.0 a claim" in shown
     executed = tmp_path / "build" / CHAPTERS["setup"]
     run = results.load("setup")["run"]
     assert build.executed_run(executed) == run and run != results.RUN_ID  # the kernel's, not this process's

@@ -1,0 +1,73 @@
+"""A chapter's claims judged on its own run, for the chapter's closing cell (every chapter).
+
+:func:`chapter_claims` judges the rows of ``data/claims/NN_<chapter>.toml`` with the values the
+chapter just recorded (a row citing another chapter uses that chapter's last recorded run, if any);
+:func:`claims_text` prints them as plain text; :func:`unrecorded` lists the rows whose own figure the
+run neither recorded nor explained (:func:`labkit.results.unmeasured`), which fails the chapter.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from ..chapters import CHAPTERS
+from ..results import load
+from .ledger import Claim, load_ledger, split_key
+from .verdicts import fmt_value, judge_all
+
+
+def _mine(chapter: str) -> list[Claim]:
+    return [c for c in load_ledger() if c.chapter == chapter]
+
+
+def chapter_claims(chapter: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Report rows (:func:`labkit.report.verdicts.judge`) of ``chapter``'s ledger rows, judged on
+    ``data`` (its results dict) and on the other chapters' last recorded results."""
+    results: dict[str, dict[str, Any] | None] = {c: load(c) for c in CHAPTERS if c != chapter}
+    results[chapter] = data
+    return judge_all(_mine(chapter), results, data.get("device", "cpu"))
+
+
+def _shown(row: dict[str, Any]) -> str:
+    if row.get("value") is None:
+        return "-"
+    text = fmt_value(row["value"], row.get("unit", ""))
+    if row.get("lo") is not None and row.get("hi") is not None:
+        text += f" [{fmt_value(row['lo'])}..{fmt_value(row['hi'])}]"
+    return text
+
+
+def claims_text(rows: list[dict[str, Any]], width: int = 110) -> str:
+    """The rows as plain text: verdict, value (interval in brackets), expectation and the claim; the
+    reason under any verdict but ``holds``, wrapped at ``width`` characters. ``(no claims)`` for none."""
+    if not rows:
+        return "(no claims)"
+    verdict_w = max(len(r["verdict"]) for r in rows)
+    value_w = max(len(_shown(r)) for r in rows)
+    out = []
+    for r in rows:
+        expect = f"(expected {r['expect']})" if r.get("expect") else ""
+        out.append(f"{r['verdict']:<{verdict_w}}  {_shown(r):>{value_w}}  {r['claim']} {expect}".rstrip())
+        if r["verdict"] != "holds" and r.get("reason"):
+            out += textwrap.wrap(r["reason"], width, initial_indent=" " * (verdict_w + 2) + "why: ",
+                                 subsequent_indent=" " * (verdict_w + 7))
+    return "\n".join(out)
+
+
+def unrecorded(chapter: str, data: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(claim id, what is missing)`` for each of ``chapter``'s rows whose own figure ``data`` lacks:
+    its key (a ``gpu`` row's computed expectation instead, on a machine without a GPU run). A figure
+    recorded as unmeasured with a reason counts as recorded: the verdict says why."""
+    recorded = data.get("values", {})
+    missing = []
+    for c in _mine(chapter):
+        if c.expect is None:
+            continue
+        refs = [c.gpu] if c.evidence == "gpu" and data.get("device") != "cuda" else [c.key]
+        for ref in refs:
+            ch, key = split_key(ref, chapter)
+            if ch == chapter and key not in recorded:
+                missing.append((c.id, f"{key} was not recorded (record it, or labkit.results.unmeasured "
+                                      "with the reason)"))
+    return missing

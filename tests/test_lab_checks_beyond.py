@@ -1,0 +1,102 @@
+"""Chapter 07's own checks (labkit/checks/beyond.py) against broken implementations: each test runs a
+small mutation of the chapter's real code path (the audio handed over at the wrong rate, a server that
+misreads its frames, a judge fed the wrong pixel range, a CFG cutoff one step late), computes the figure
+as the notebook does, and sees the check fail; the unbroken code path holds it."""
+
+import inspect
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from labkit.checks import outcome
+from labkit.media import asr, asr_stream, diffusion, digits
+from labkit.media.wer import wer
+
+TEXTS = json.loads((asr.AUDIO_DIR / "texts.json").read_text())
+
+
+def mutated(fn, *edits: tuple[str, str]):
+    """``fn`` recompiled from its own source with each ``(old, new)`` text edit (each must apply)."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    for old, new in edits:
+        assert old in src, f"{fn.__name__}'s source no longer has {old!r}"
+        src = src.replace(old, new)
+    namespace = dict(fn.__globals__)
+    exec(compile(src, inspect.getsourcefile(fn) or "<mutated>", "exec"), namespace)
+    return namespace[fn.__name__]
+
+
+@pytest.mark.slow
+def test_audio_at_the_wrong_sample_rate_fails():
+    """The passage decoded at 8 kHz and handed to Whisper as 16 kHz samples (the rate the model
+    assumes): the figure the notebook records, WER against the passage's text."""
+    from faster_whisper import decode_audio
+
+    model, _ = asr.load_whisper("base", cpu_threads=1)
+    path = str(asr.AUDIO_DIR / "passage.wav")
+    wrong = asr.transcribe(model, decode_audio(path, sampling_rate=8000), beam_size=1)["text"]
+    right = asr.transcribe(model, asr.load_audio("passage.wav"), beam_size=1)["text"]
+    assert outcome("beyond", "whisper_wer", {"whisper_wer": wer(TEXTS["passage"], wrong)}).held is False
+    assert outcome("beyond", "whisper_wer", {"whisper_wer": wer(TEXTS["passage"], right)}).held is True
+
+
+def _ws_vs_in_process(model) -> float:
+    """The notebook's figure: the server's partials (2 s chunks, one stream) against the same chunks
+    transcribed in-process, for the passage's first 4 s."""
+    clip = asr.load_audio("passage.wav")[: 4 * asr.SAMPLE_RATE]
+    same = " ".join(c["text"] for c in asr.stream(model, clip, chunk_s=2.0))
+    with asr_stream.StreamingASRServer(asr_stream.whisper_transcriber(model)) as server:
+        runs = asr_stream.run_sync(asr_stream.run_streams, server.url, clip, 2.0, 1, realtime=False)
+    return wer(same, " ".join(r["text"] for r in runs[0]))
+
+
+@pytest.mark.slow
+def test_a_server_reading_big_endian_samples_fails(monkeypatch):
+    model, _ = asr.load_whisper("tiny.en", cpu_threads=1)
+    assert outcome("beyond", "ws_matches_in_process",
+                   {"ws_vs_in_process_wer": _ws_vs_in_process(model)}).held is True
+    monkeypatch.setattr(asr_stream, "check_frame",
+                        mutated(asr_stream.check_frame, ('np.frombuffer(message, dtype="<i2")',
+                                                         'np.frombuffer(message, dtype=">i2")')))
+    broken = _ws_vs_in_process(model)
+    assert outcome("beyond", "ws_matches_in_process", {"ws_vs_in_process_wer": broken}).held is False
+
+
+def _judge_accuracy() -> float:
+    """The notebook's figure: the shipped judge on the real digits data/digits-sdxl/train.py held out,
+    given as a pipeline gives images (values in [0, 1])."""
+    x, y = digits.load_digits()
+    log = json.loads((digits.DIGITS_DIR / "train_log.json").read_text())
+    held = np.random.default_rng(log["seed"]).permutation(len(x))[: log["classifier"]["held_out_images"]]
+    return digits.accuracy((x[held, None] + 1) / 2, y[held], digits.load_classifier())
+
+
+def test_a_judge_fed_unscaled_pixels_fails(monkeypatch):
+    assert outcome("beyond", "digits_judge", {"digits_judge_accuracy": _judge_accuracy()}).held is True
+    monkeypatch.setattr(digits, "to_array", mutated(digits.to_array, ("return arr * 2 - 1", "return arr")))
+    broken = _judge_accuracy()
+    assert outcome("beyond", "digits_judge", {"digits_judge_accuracy": broken}).held is False
+
+
+def _off_formula(pipe) -> float:
+    """The notebook's figure over a guided, an unguided and a cut-off run: the largest difference
+    between the UNet evaluations counted per image and the formula's."""
+    prompts = [digits.prompt(d) for d in (3, 7)]
+    runs = [diffusion.generate(pipe, prompts, steps=10, guidance_scale=g, cfg_fraction=f)
+            for g, f in ((5.0, 1.0), (1.0, 1.0), (5.0, 0.8))]
+    return max(abs(r["unet_evals_per_image"] - r["expected_evals_per_image"]) for r in runs)
+
+
+@pytest.mark.slow
+def test_a_cutoff_one_step_late_fails(monkeypatch):
+    import torch
+
+    torch.set_num_threads(1)
+    pipe, _ = diffusion.load_pipeline("digits-sdxl", device="cpu")
+    assert outcome("beyond", "cfg_counts_match", {"cfg_evals_off_formula": _off_formula(pipe)}).held is True
+    late = mutated(diffusion.cfg_cutoff, ("step_index == cutoff - 1", "step_index == cutoff"))
+    monkeypatch.setattr(diffusion, "cfg_cutoff", late)
+    broken = _off_formula(pipe)
+    assert outcome("beyond", "cfg_counts_match", {"cfg_evals_off_formula": broken}).held is False

@@ -1,0 +1,135 @@
+"""Chapter 02's own checks (labkit/checks/metrics.py) against broken clients: each test streams real
+requests from the loopback fake server (conftest's ``srv``) through labkit's clients with one piece of
+the timing code mutated, computes the figure the notebook records from the records, and sees the check
+fail; the real client, run the same way, holds.
+
+The fake server stands in for each engine's own clock: vLLM's histograms are given its schedule
+(prefill_s, step_s, a floor on what it really took), and llama-server's ``timings`` are made from the
+durations the server itself measured in its Ollama answer (``prompt_eval_duration``, ``eval_duration``)."""
+
+import time
+
+from labkit.checks import outcome
+from labkit.engines import vllm
+from labkit.serving import decode_gap, loadgen, metrics, ollama_api, openai_api, streaming
+from labkit.serving.loadgen import ClientSpec, LoadSpec
+from labkit.serving.openai_api import llamacpp_server_timing
+from labkit.serving.records import RequestRecord
+
+PREFILL_S, STEP_S, TOKENS = 0.05, 0.01, 16
+FAKE_SERVER_OPTS = {"prefill_s": PREFILL_S, "step_s": STEP_S}  # of conftest's srv
+
+
+def _vllm_figures(url: str) -> dict:
+    """The notebook's two figures: client means minus the server's own means of the same requests."""
+    s = loadgen.run(url, LoadSpec(4, concurrency=1, max_tokens=TOKENS, warmup=0),
+                    ClientSpec(model="fake", ignore_eos=True), progress=False)
+    n = s["completed"]
+    name_ttft, name_e2e = "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"
+    after = {f"{name_ttft}_sum": n * PREFILL_S, f"{name_ttft}_count": n,
+             f"{name_e2e}_sum": n * (PREFILL_S + (TOKENS - 1) * STEP_S), f"{name_e2e}_count": n}
+    server = vllm.server_side_means({}, after)
+    return {"server_kind": "vllm", "client_minus_vllm_ttft_ms": s["mean_ttft_ms"] - server["ttft_s"] * 1e3,
+            "client_minus_vllm_e2e_ms": s["mean_e2el_ms"] - server["e2e_s"] * 1e3}
+
+
+def test_client_with_a_blocked_event_loop_fails(srv, monkeypatch):
+    real = _vllm_figures(srv.url)
+    stamp = openai_api.new_record
+
+    def blocked(name: str) -> RequestRecord:  # the harness blocks its loop right after the send stamp
+        rec = stamp(name)
+        time.sleep(0.25)
+        return rec
+
+    monkeypatch.setattr(openai_api, "new_record", blocked)
+    broken = _vllm_figures(srv.url)
+    assert outcome("metrics", "client_matches_vllm", broken).held is False
+    assert outcome("metrics", "client_matches_vllm", real).held is True
+
+
+def _ollama_figures(url: str) -> dict:
+    """The notebook's four figures of one request through the official ollama client."""
+    rec = streaming.measure(ollama_api.ollama_backend("fake", host=url), "Explain inference.", TOKENS)
+    m, sv = metrics.request_metrics(rec), rec.server
+    return {"ollama_server": "ollama", "ollama_ttft_ms": m["ttft_s"] * 1e3,
+            "ollama_prompt_eval_ms": sv["prompt_eval_s"] * 1e3, "ollama_e2e_ms": m["e2e_s"] * 1e3,
+            "ollama_eval_ms": sv["eval_s"] * 1e3}
+
+
+def test_ollama_client_clock_started_late_fails(srv, monkeypatch):
+    real = _ollama_figures(srv.url)
+    # the send time stamped on another clock than the chunks' (wall time against perf_counter)
+    monkeypatch.setattr(ollama_api, "new_record",
+                        lambda name: RequestRecord(backend=name, t_sent=time.time()))
+    broken = _ollama_figures(srv.url)
+    assert outcome("metrics", "ollama_clock_encloses_server", broken).held is False
+    assert outcome("metrics", "ollama_clock_encloses_server", real).held is True
+    skipped = broken | {"ollama_server": "loopback"}
+    assert outcome("metrics", "ollama_clock_encloses_server", skipped).held is None
+
+
+def _llamacpp_figures(records: list[RequestRecord]) -> dict:
+    """The notebook's path: decode_gap's layers over the requests, then its figures as recorded."""
+    g = decode_gap.decode_layers(records, bench_tps=1 / STEP_S)
+    figs = decode_gap.figures(g, {"gen_tps": 1 / STEP_S, "gen_tps_sd": 0.0, "threads": 1}, reps=1)
+    return {"llamacpp_ran": True} | {f"llamacpp_{k}": v[0] for k, v in figs.items()}
+
+
+def _ollama_records(url: str, n: int = 3) -> list[RequestRecord]:
+    """Requests streamed by the ollama client, each given llama-server-style timings made from the
+    durations the server measured itself (llama.cpp's rate: the tokens after the first over their time)."""
+    out = []
+    for _ in range(n):
+        rec = streaming.measure(ollama_api.ollama_backend("fake", host=url), "Explain inference.", TOKENS)
+        sv = rec.server
+        rec.server = llamacpp_server_timing({
+            "prompt_ms": sv["prompt_eval_s"] * 1e3, "predicted_ms": sv["eval_s"] * 1e3,
+            "predicted_n": sv["eval_count"], "predicted_per_second": (sv["eval_count"] - 1) / sv["eval_s"]})
+        out.append(rec)
+    return out
+
+
+def test_tpot_with_the_first_token_folded_in_fails(srv, monkeypatch):
+    records = _ollama_records(srv.url)
+    real = _llamacpp_figures(records)
+    right = decode_gap.request_metrics
+
+    def folded(rec):  # TPOT as the whole E2E over every token, the wait for the first one included
+        m = dict(right(rec))
+        m["tps"] = m["output_tokens"] / m["e2e_s"]
+        return m
+
+    monkeypatch.setattr(decode_gap, "request_metrics", folded)
+    broken = _llamacpp_figures(records)
+    assert outcome("metrics", "llamacpp_client_counts_server_rate", broken).held is False
+    assert outcome("metrics", "llamacpp_client_counts_server_rate", real).held is True
+    skipped = broken | {"llamacpp_ran": False}
+    assert outcome("metrics", "llamacpp_client_counts_server_rate", skipped).held is None
+
+
+def _openai_records(url: str, n: int = 3) -> list[RequestRecord]:
+    """Requests streamed by labkit's OpenAI client (chat, a role-only chunk first, before prefill; token
+    counts from the usage total, as for a server without per-chunk counts), each given llama-server-style
+    timings of the fake server's schedule (a floor on what it really took)."""
+    be = openai_api.openai_backend(url, "fake", ignore_eos=True, continuous_usage=False)
+    out = []
+    for _ in range(n):
+        rec = streaming.measure(be, "Explain inference.", TOKENS)
+        rec.server = llamacpp_server_timing({"prompt_ms": PREFILL_S * 1e3, "predicted_n": TOKENS,
+                                             "predicted_ms": (TOKENS - 1) * STEP_S * 1e3,
+                                             "predicted_per_second": 1 / STEP_S})
+        out.append(rec)
+    return out
+
+
+def test_role_chunk_taken_for_the_first_token_fails(srv, monkeypatch):
+    real = _llamacpp_figures(_openai_records(srv.url))
+    text = openai_api._delta_text
+    # a client that reads the role-only opening chunk as text, so it counts as the first token: its
+    # "TTFT" ends before prefill does
+    monkeypatch.setattr(openai_api, "_delta_text",
+                        lambda delta: text(delta) or ("" if "role" not in delta else " "))
+    broken = _llamacpp_figures(_openai_records(srv.url))
+    assert outcome("metrics", "llamacpp_ttft_encloses_prefill", broken).held is False
+    assert outcome("metrics", "llamacpp_ttft_encloses_prefill", real).held is True

@@ -16,7 +16,7 @@ import yaml
 from labkit.llm.architecture import load_config
 from labkit.llm.parallelism import plan
 from labkit.paths import REPO
-from labkit.production import deploy
+from labkit.production import deploy, deploy_sizing, k8s_checks, k8s_pod
 
 K8S = REPO / "deploy" / "k8s"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
@@ -66,11 +66,39 @@ def test_manifests_pass_kubernetes_schemas_strictly(gpu, version):
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_committed_yaml_passes_kubernetes_schemas(version):
-    for doc in yaml.safe_load_all((K8S / "vllm.yaml").read_text()):
-        if doc["kind"] == "PodMonitor":
-            _check_pod_monitor(doc)
-        else:
-            kubernetes_validate.validate(doc, version, strict=True)
+    kinds = []
+    for path in sorted(K8S.glob("*.yaml")):  # what `kubectl apply -f deploy/k8s/` applies
+        for doc in yaml.safe_load_all(path.read_text()):
+            kinds.append(doc["kind"])
+            if doc["kind"] == "PodMonitor":
+                _check_pod_monitor(doc)
+            elif doc["kind"] == "PrometheusRule":
+                _check_prometheus_rule(doc)
+            else:
+                kubernetes_validate.validate(doc, version, strict=True)
+    assert {"Deployment", "Job", "PersistentVolumeClaim", "PrometheusRule"} <= set(kinds)
+
+
+@pytest.mark.parametrize("gpu", ["L4", "H100"])
+def test_storage_objects_pass_kubernetes_schemas_and_feed_the_server(gpu):
+    files = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu=gpu)
+    storage = _kinds(files["storage.yaml"])
+    for doc in files["storage.yaml"]:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+    pod = _kinds(files["vllm.yaml"])["Deployment"]["spec"]["template"]["spec"]
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    assert claims == {d["metadata"]["name"] for d in files["storage.yaml"]
+                      if d["kind"] == "PersistentVolumeClaim"}
+    job = storage["Job"]
+    model, rev, ready = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert (model, ready) == ("Qwen/Qwen3-4B", k8s_pod.marker(model, rev))
+    assert rev[:8] in job["metadata"]["name"]  # a new revision is a new Job (Job templates are immutable)
+    assert pod["initContainers"][0]["command"] == ["test", "-f", ready]  # the server waits for the marker
+    # the Job's pods are not the server's: no PDB, Service or closed-egress policy of the server picks them
+    job_labels = job["spec"]["template"]["metadata"]["labels"]
+    server = _kinds(files["vllm.yaml"])["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert not server.items() <= job_labels.items()
+    assert storage["NetworkPolicy"]["spec"]["podSelector"]["matchLabels"] == job_labels
 
 
 # The fields of the Prometheus Operator's PodMonitor CRD (monitoring.coreos.com/v1) this lab uses, from
@@ -87,6 +115,20 @@ def _check_pod_monitor(doc):
     for ep in doc["spec"]["podMetricsEndpoints"]:
         assert set(ep) <= POD_METRICS_ENDPOINT, set(ep) - POD_METRICS_ENDPOINT
         assert re.fullmatch(r"\d+[smh]", ep["interval"])
+
+
+PROMETHEUS_RULE = {"record", "alert", "expr", "for", "labels", "annotations"}
+
+
+def _check_prometheus_rule(doc):
+    """The PrometheusRule CRD's fields this lab uses (monitoring.coreos.com/v1, from its API reference)."""
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
+    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"} and set(doc["spec"]) == {"groups"}
+    for g in doc["spec"]["groups"]:
+        assert set(g) <= {"name", "interval", "rules"}
+        for r in g["rules"]:
+            assert set(r) <= PROMETHEUS_RULE and ("record" in r) != ("alert" in r) and r["expr"], r
+            assert "for" not in r or re.fullmatch(r"\d+[smh]", r["for"])
 
 
 def test_pod_monitor_scrapes_the_pods_the_hpa_scales():
@@ -109,38 +151,75 @@ def test_pod_monitor_scrapes_the_pods_the_hpa_scales():
 
 
 def test_every_container_is_hardened_and_bounded():
-    k = _kinds(_docs())
-    pod = k["Deployment"]["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == deploy.UID
-    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod["automountServiceAccountToken"] is False
-    mounts = set()
-    for c in pod.get("initContainers", []) + pod["containers"]:
-        sc = c["securityContext"]
-        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
-        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"]
-        for kind in ("requests", "limits"):
-            assert {"cpu", "memory"} <= set(c["resources"][kind]), (c["name"], kind)
-        mounts |= {m["mountPath"] for m in c["volumeMounts"]}
-    env = {e["name"]: e["value"] for e in _container(_docs())["env"]}
+    files = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
+    for pod in (_kinds(files["vllm.yaml"])["Deployment"]["spec"]["template"]["spec"],
+                _kinds(files["storage.yaml"])["Job"]["spec"]["template"]["spec"]):
+        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == deploy.UID
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+            assert sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"]
+            # requests for all three; memory and ephemeral storage bounded; no CPU limit (throttling)
+            assert {"cpu", "memory", "ephemeral-storage"} <= set(c["resources"]["requests"]), c["name"]
+            assert {"memory", "ephemeral-storage"} <= set(c["resources"]["limits"]), c["name"]
+            assert "cpu" not in c["resources"]["limits"], c["name"]
+            assert c["resources"]["limits"]["memory"] == c["resources"]["requests"]["memory"]
+    c = _container(files["vllm.yaml"])
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in c["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in c["env"]}
     for var in ("HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                 "HF_HOME"):  # every cache vLLM writes lies under a writable mount
-        assert any(env[var].startswith(m) for m in mounts), var
+        assert any(env[var].startswith(m) and not ro for m, ro in mounts.items()), var
+    # the weights: a read-only volume, read offline; the compile caches: on the persistent volume
+    assert env["HF_HUB_OFFLINE"] == "1" and mounts[k8s_pod.MODELS] is True
+    assert env["HF_HUB_CACHE"].startswith(k8s_pod.MODELS + "/")
+    assert all(env[v].startswith(k8s_pod.CACHE + "/") for v in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"))
     assert "/tmp" in mounts
+
+
+def test_memory_counts_shm_and_one_gpu_serves_qwen3_4b_on_l4():
+    pod = _kinds(_docs())["Deployment"]["spec"]["template"]["spec"]
+    c = _container(_docs())
+    (shm,) = [v for v in pod["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+    assert shm["name"] == "shm" and {"name": "shm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    lay = deploy_sizing.layout("Qwen/Qwen3-4B", QWEN, "L4", 8192, "bf16")
+    limit = k8s_checks.quantity_bytes(c["resources"]["limits"]["memory"])
+    assert limit == (deploy_sizing.host_ram_gi(lay) + k8s_pod.SHM_GI) * 2**30  # processes + /dev/shm
+    eph = k8s_checks.quantity_bytes(c["resources"]["requests"]["ephemeral-storage"])
+    assert eph == (sum(k8s_pod.EMPTY_DIR_GI.values()) + k8s_pod.LOG_GI) * 2**30
+    # paged KV cache: one 8k sequence must fit; 16 x 8k reserved up front would have asked for two GPUs
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1 and plan(QWEN, 24e9, "bf16", 8192, 16)["tp"] == 2
+    assert lay["kv_tokens"] > 8192 * 4  # room for several full-length sequences besides the weights
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms = required["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                            "values": ["NVIDIA-L4"]}]}]
 
 
 def test_disruption_budget_and_network_policy():
     k = _kinds(_docs())
     labels = k["Deployment"]["spec"]["template"]["metadata"]["labels"]
-    assert k["PodDisruptionBudget"]["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": labels}}
+    assert k["PodDisruptionBudget"]["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": labels},
+                                                "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    assert k["HorizontalPodAutoscaler"]["spec"]["minReplicas"] >= 2
+    assert "replicas" not in k["Deployment"]["spec"]
     np_ = k["NetworkPolicy"]["spec"]
-    assert np_["podSelector"] == {"matchLabels": labels} and np_["policyTypes"] == ["Ingress"]
+    assert np_["podSelector"] == {"matchLabels": labels} and np_["policyTypes"] == ["Ingress", "Egress"]
+    assert np_["egress"] == []  # weights are local: the server reaches nothing
     (rule,) = np_["ingress"]
     assert rule["ports"] == [{"port": deploy.PORT, "protocol": "TCP"}]
     peers = [p["podSelector"]["matchLabels"] for p in rule["from"]]
     assert peers == [deploy.GATEWAY_LABELS, deploy.PROMETHEUS_LABELS]
-    assert rule["from"][1]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": deploy.PROMETHEUS_NAMESPACE}
+    # every peer is pinned to a namespace: a "gateway" label elsewhere admits nothing
+    assert [p["namespaceSelector"]["matchLabels"] for p in rule["from"]] == [
+        {"kubernetes.io/metadata.name": deploy.GATEWAY_NAMESPACE},
+        {"kubernetes.io/metadata.name": deploy.PROMETHEUS_NAMESPACE}]
+    spread = k["Deployment"]["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {t["topologyKey"]: t["whenUnsatisfiable"] for t in spread} == {
+        "kubernetes.io/hostname": "DoNotSchedule", "topology.kubernetes.io/zone": "ScheduleAnyway"}
+    assert all(t["labelSelector"]["matchLabels"] == labels for t in spread)
 
 
 def test_strict_validation_catches_a_typo():
@@ -150,10 +229,10 @@ def test_strict_validation_catches_a_typo():
         kubernetes_validate.validate(dep, K8S_VERSIONS[-1], strict=True)
 
 
-@pytest.mark.parametrize("gpu, tp", [("L4", 2), ("H100", 1), ("A100-80GB", 1)])
+@pytest.mark.parametrize("gpu, tp", [("L4", 1), ("H100", 1), ("A100-80GB", 1)])
 def test_gpu_limit_and_flags_follow_the_plan(gpu, tp):
     name, vram = deploy.gpu_memory(gpu)
-    assert plan(QWEN, vram, "bf16", 8192, 16)["tp"] == tp
+    assert plan(QWEN, vram, "bf16", 8192, 1)["tp"] == tp  # one full-length sequence must fit
     c = _container(_docs(gpu))
     assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == tp
     args = c["args"]
@@ -161,7 +240,8 @@ def test_gpu_limit_and_flags_follow_the_plan(gpu, tp):
     flags = dict(zip(args[1::2], args[2::2], strict=True))
     assert flags["--tensor-parallel-size"] == str(tp) and flags["--pipeline-parallel-size"] == "1"
     assert flags["--max-model-len"] == "8192" and flags["--max-num-seqs"] == "16"
-    assert flags["--port"] == "8000"
+    assert flags["--port"] == "8000" and flags["--revision"] == deploy.revision_for("Qwen/Qwen3-4B")
+    assert flags["--shutdown-timeout"] == str(deploy.SHUTDOWN_TIMEOUT_S)
     assert c["image"] == deploy.VLLM_IMAGE and not c["image"].endswith(":latest")
     assert name in _kinds(_docs(gpu))["Deployment"]["metadata"]["annotations"]["labkit/plan"]
 
@@ -220,12 +300,14 @@ def test_hpa_scales_on_running_requests_and_queue_depth():
 
 
 def test_keda_scaled_object_structure():
-    so = deploy.keda_scaled_object("Qwen/Qwen3-4B", replicas=(1, 4), queue_target=4.0)
+    so = deploy.keda_scaled_object("Qwen/Qwen3-4B", replicas=(2, 4), queue_target=4.0)
     assert so["apiVersion"] == "keda.sh/v1alpha1" and so["kind"] == "ScaledObject"
     assert so["metadata"]["name"] == "qwen3-4b" and so["spec"]["scaleTargetRef"] == {"name": "qwen3-4b"}
-    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 4)
-    # cooldownPeriod only acts when scaling to zero; with minReplicaCount 1 the behaviour paces scale-down
+    assert so["metadata"]["namespace"] == deploy.NAMESPACE
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (2, 4)
+    # cooldownPeriod only acts when scaling to zero; with minReplicaCount 2 the behaviour paces scale-down
     assert "cooldownPeriod" not in so["spec"] and so["spec"]["pollingInterval"] > 0
+    assert so["spec"]["fallback"] == {"failureThreshold": 3, "replicas": 4}  # Prometheus down: hold max
     assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == deploy.HPA_BEHAVIOR
     running, waiting = so["spec"]["triggers"]
     for trig in (running, waiting):
@@ -233,8 +315,9 @@ def test_keda_scaled_object_structure():
         md = trig["metadata"]
         assert set(md) == {"serverAddress", "query", "threshold"} and md["serverAddress"].startswith("http://")
         assert all(isinstance(v, str) for v in md.values())  # KEDA's trigger metadata is a string map
-    assert running["metadata"]["query"] == 'sum(vllm:num_requests_running{model_name="Qwen/Qwen3-4B"})'
-    assert waiting["metadata"]["query"] == 'sum(vllm:num_requests_waiting{model_name="Qwen/Qwen3-4B"})'
+    pick = 'namespace="default",app_kubernetes_io_instance="qwen3-4b",model_name="Qwen/Qwen3-4B"'
+    assert running["metadata"]["query"] == f"sum(vllm:num_requests_running{{{pick}}})"
+    assert waiting["metadata"]["query"] == f"sum(vllm:num_requests_waiting{{{pick}}})"
     assert (running["metadata"]["threshold"], waiting["metadata"]["threshold"]) == ("12", "4")
     committed = yaml.safe_load((K8S / "optional" / "keda-scaledobject.yaml").read_text())
     assert committed["spec"]["scaleTargetRef"]["name"] == _kinds(_docs())["Deployment"]["metadata"]["name"]
@@ -242,6 +325,11 @@ def test_keda_scaled_object_structure():
 
 @pytest.mark.parametrize("call, match", [
     (lambda: _docs(replicas=(0, 4)), "replicas"),
+    (lambda: _docs(replicas=(1, 4)), "drain"),
+    (lambda: _docs(revision="main"), "commit hash"),
+    (lambda: deploy.manifests("x/Unknown", QWEN, gpu="L4"), "--revision"),
+    (lambda: _docs(shutdown_timeout_s=0), "aborts"),
+    (lambda: _docs(gpu="Apple M4"), "gpu.product"),
     (lambda: _docs(replicas=(3, 2)), "replicas"),
     (lambda: _docs(queue_target=0), "queue_target"),
     (lambda: _docs(gpu="TPU"), "unknown"),
@@ -271,12 +359,13 @@ def test_dockerfile_matches_the_deployment():
     assert froms == [deploy.VLLM_IMAGE]
     c = _container(list(yaml.safe_load_all((K8S / "vllm.yaml").read_text())))
     cmd = json.loads(next(ln for ln in lines if ln.startswith("CMD ")).removeprefix("CMD "))
-    assert cmd == c["args"][1:], "Dockerfile CMD and the generated Deployment's flags differ"
-    assert f"ARG MODEL={c['args'][0]}" in lines
+    model, flag, revision, *flags = c["args"]
+    assert flag == "--revision" and cmd == flags, "Dockerfile CMD and the generated Deployment's flags differ"
+    assert f"ARG MODEL={model}" in lines and f"ARG REVISION={revision}" in lines
     user = [ln for ln in lines if ln.startswith("USER ")][-1].split()[1]
     assert user.split(":")[0] not in ("root", "0") and user.split(":")[0].isdigit()
     entry = json.loads(next(ln for ln in lines if ln.startswith("ENTRYPOINT ")).removeprefix("ENTRYPOINT "))
-    assert "exec vllm serve" in entry[2]
+    assert 'exec vllm serve "$MODEL" --revision "$REVISION"' in entry[2]
     assert deploy.VLLM_IMAGE in (REPO / "deploy" / "README.md").read_text()
 
 

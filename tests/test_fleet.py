@@ -320,7 +320,8 @@ def test_manifest_config_is_what_deploy_says():
     assert c.interval_s == deploy.HPA_SYNC_S and c.tolerance == deploy.HPA_TOLERANCE == 0.1
     assert c.scale_down_delay_s == deploy.HPA_BEHAVIOR["scaleDown"]["stabilizationWindowSeconds"]
     assert (c.up_pods, c.up_percent, c.up_period_s) == (2, 100, 60)
-    assert (c.down_pods, c.down_period_s, c.grace_s) == (1, 120, deploy.GRACE_S)
+    assert (c.down_pods, c.down_period_s, c.grace_s) == (1, 120, deploy.DRAIN_S)
+    assert deploy.DRAIN_S == deploy.PRESTOP_S + deploy.SHUTDOWN_TIMEOUT_S < deploy.GRACE_S
     with pytest.raises(ValueError, match="signal"):
         fleet.ScalerConfig(second=("latency", 1.0))
 

@@ -60,11 +60,13 @@ class ScalerConfig:
                              f"other fields >= 0; got {self}")
 
     @classmethod
-    def manifest(cls, running_target: float, queue_target: float, min_replicas: int = 1,
+    def manifest(cls, running_target: float, queue_target: float, min_replicas: int = 2,
                  max_replicas: int = 20, cold_start_s: float = 120.0, **kw: Any) -> ScalerConfig:
         """The autoscaler deploy/k8s describes (:mod:`labkit.production.deploy`): running requests
         with queue depth second, its ``behavior`` (:data:`~labkit.production.deploy.HPA_BEHAVIOR`),
-        Kubernetes' 10% tolerance and 15 s sync, a 15 s scrape, the pods' 60 s grace period."""
+        Kubernetes' 10% tolerance and 15 s sync, a 15 s scrape, at least two replicas (what the
+        manifests require, so a drain always leaves one serving), and the pods' drain
+        (:data:`~labkit.production.deploy.DRAIN_S`: preStop delay plus vLLM's ``--shutdown-timeout``)."""
         from . import deploy
 
         b = deploy.HPA_BEHAVIOR
@@ -76,4 +78,4 @@ class ScalerConfig:
             scale_down_delay_s=b["scaleDown"]["stabilizationWindowSeconds"], tolerance=deploy.HPA_TOLERANCE,
             scrape_s=deploy.SCRAPE_S, up_pods=up["Pods"]["value"], up_percent=up["Percent"]["value"],
             up_period_s=up["Pods"]["periodSeconds"], down_pods=down["value"],
-            down_period_s=down["periodSeconds"], grace_s=deploy.GRACE_S), **kw})
+            down_period_s=down["periodSeconds"], grace_s=deploy.DRAIN_S), **kw})

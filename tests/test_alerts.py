@@ -1,0 +1,124 @@
+"""deploy/k8s/alerts.yaml (labkit.production.alerts, chapter 08): every PromQL expression the
+manifests ship (alerts, recording rules, KEDA's queries, the adapter's series query) parses with a
+real PromQL parser, picks this deployment's series only, and names metrics the pinned vLLM release
+exports; the burn-rate tiers are the SRE workbook's."""
+
+import ast
+import re
+
+import promql_parser
+import pytest
+import yaml
+
+from labkit.llm.architecture import load_config
+from labkit.paths import REPO
+from labkit.production import alerts, deploy
+
+QWEN = load_config("Qwen3-4B")
+FILES = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
+RULE = FILES["alerts.yaml"][0]
+
+
+def parse(expr: str):
+    """The expression's syntax tree; ValueError when it is not PromQL."""
+    return promql_parser.parse(expr)
+
+
+def selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
+    """(metric name, {label: value}) of every series selector in ``expr``."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append((node.name, {m.name: m.value for m in node.matchers.matchers}))
+
+    promql_parser.walk(parse(expr), visit)
+    return found
+
+
+def every_query():
+    (keda,) = FILES["optional/keda-scaledobject.yaml"]
+    (adapter,) = FILES["optional/prometheus-adapter-values.yaml"]
+    return (alerts.expressions(RULE) + [t["metadata"]["query"] for t in keda["spec"]["triggers"]]
+            + [r["seriesQuery"] for r in adapter["rules"]["custom"]])
+
+
+def test_every_expression_parses_and_a_broken_one_does_not():
+    exprs = every_query()
+    assert len(exprs) >= 20
+    for expr in exprs:
+        parse(expr)  # raises on a syntax error
+    for broken in ("sum(rate(vllm:num_preemptions_total[5m])",  # unclosed parenthesis
+                   "rate(vllm:num_preemptions_total)",  # rate needs a range
+                   'vllm:kv_cache_usage_perc{namespace="a"} >',  # missing right-hand side
+                   "labkit:vllm_ttft_bad:ratio_rate1h > 0.1 and and x"):
+        with pytest.raises(ValueError):
+            parse(broken)
+
+
+def test_every_selector_picks_this_deployment_only():
+    name, ns = "qwen3-4b", deploy.NAMESPACE
+    recorded = {r["record"] for g in RULE["spec"]["groups"] for r in g["rules"] if "record" in r}
+    for expr in alerts.expressions(RULE) + every_query()[-4:-2]:  # the rules, KEDA's two queries
+        for metric, matchers in selectors(expr):
+            if metric in recorded:
+                continue  # a recording rule of this PrometheusRule, filtered where it is computed
+            picked = (matchers.get("namespace"), matchers.get(alerts.INSTANCE_LABEL))
+            assert picked == (ns, name), (metric, expr)
+    # the PodMonitor copies the label the filters use onto every scraped series
+    pm = [d for d in FILES["vllm.yaml"] if d["kind"] == "PodMonitor"][0]
+    assert pm["spec"]["podTargetLabels"] == ["app.kubernetes.io/instance"]
+    assert re.sub(r"[./-]", "_", pm["spec"]["podTargetLabels"][0]) == alerts.INSTANCE_LABEL
+
+
+def test_alerts_use_recorded_ratios_and_the_workbook_burn_rates():
+    groups = {g["name"]: g["rules"] for g in RULE["spec"]["groups"]}
+    recorded = {r["record"] for r in groups["qwen3-4b-slo-records"]}
+    burns = groups["qwen3-4b-slo-alerts"]
+    assert len(burns) == len(alerts.SLOS) * len(alerts.BURN_TIERS) == 6
+    for rule in burns:
+        used = [m for m, _ in selectors(rule["expr"])]
+        assert len(used) == 2 and set(used) <= recorded, rule["expr"]
+        limits = [float(x) for x in re.findall(r">\s*([\d.]+)", rule["expr"])]
+        sli = next(k for k, v in alerts.SLOS.items() if v["alert"] in rule["alert"])
+        rate = 14.4 if rule["labels"]["severity"] == "page" else 6.0
+        assert limits == [pytest.approx(rate * (1 - alerts.SLOS[sli]["objective"]))] * 2
+    names = {r["alert"] for g in groups.values() for r in g if "alert" in r}
+    assert {"VLLMKVCacheNearlyFull", "VLLMPreempting", "VLLMMetricsAbsent", "VLLMErrorBudgetBurnFast",
+            "VLLMTTFTBudgetBurnSlow", "VLLMITLBudgetBurnFast"} <= names
+    assert RULE["metadata"]["labels"]["release"] == deploy.PROMETHEUS_RELEASE  # the stack loads it
+    committed = yaml.safe_load((REPO / "deploy" / "k8s" / "alerts.yaml").read_text())
+    assert committed == RULE
+
+
+def _vllm_source():
+    found = sorted(REPO.glob(".venv-vllm/lib/python3*/site-packages/vllm"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(_vllm_source() is None, reason="the lab's vLLM venv is absent (make serve-setup)")
+def test_metric_names_and_buckets_exist_in_the_pinned_vllm_release():
+    src = _vllm_source()
+    loggers = (src / "v1" / "metrics" / "loggers.py").read_text()
+    instrumentator = src.parent / "prometheus_fastapi_instrumentator"
+    recorded = {r["record"] for g in RULE["spec"]["groups"] for r in g["rules"] if "record" in r}
+    for expr in every_query():
+        for metric, _ in selectors(expr):
+            if metric in recorded:
+                continue
+            if metric == "http_requests_total":  # vLLM's API server mounts the instrumentator's defaults
+                assert '"http_requests_total"' in (instrumentator / "metrics.py").read_text()
+                mounted = src / "entrypoints" / "serve" / "instrumentator" / "metrics.py"
+                assert "Instrumentator(" in mounted.read_text()
+                continue
+            base = re.sub(r"_(bucket|count|sum|total)$", "", metric)
+            assert f'name="{metric}"' in loggers or f'name="{base}"' in loggers, metric
+    # grouped status codes ("5xx"), the instrumentator's default
+    assert "should_group_status_codes: bool = True" in (instrumentator / "middleware.py").read_text()
+    # an SLO threshold must be a bucket bound, or the buckets cannot say how many requests met it
+    tree = ast.parse((src / "v1" / "metrics" / "buckets.py").read_text())
+    bounds = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.AnnAssign | ast.Assign)
+              for t in ([n.target] if isinstance(n, ast.AnnAssign) else n.targets)
+              if isinstance(t, ast.Name) and t.id.endswith("_BUCKETS") and isinstance(n.value, ast.Tuple)}
+    assert alerts.TTFT_SLO_S in bounds["TIME_TO_FIRST_TOKEN_BUCKETS"]
+    assert alerts.ITL_SLO_S in bounds["INTER_TOKEN_LATENCY_BUCKETS"]

@@ -130,12 +130,24 @@ def run_values(chapter: str) -> dict[str, Any]:
     """The values ``chapter`` recorded in **this** process's run (``{key: value}``; a figure recorded
     with a spread also gives ``key.lo``, ``key.hi`` and ``key.n``); ``RuntimeError`` saying what to do
     when this process recorded nothing for it."""
+    return values_of(this_run(chapter))
+
+
+def this_run(chapter: str) -> dict[str, Any]:
+    """The results ``chapter`` recorded in **this** process's run (as :func:`labkit.results.load`
+    returns them); ``RuntimeError`` saying what to do when this process recorded nothing for it."""
     from ..results import RUN_ID, load
 
     data = load(chapter)
     if data is None or data.get("run") != RUN_ID:
         raise RuntimeError(f"chapter {chapter} recorded nothing in this run: run the notebook from the "
                            "top (its cells call labkit.results.record) before its final checks")
+    return data
+
+
+def values_of(data: dict[str, Any]) -> dict[str, Any]:
+    """``{key: value}`` of a results dict; a figure recorded with a spread also gives ``key.lo``,
+    ``key.hi`` and ``key.n``."""
     values = {k: e.get("value") for k, e in data["values"].items()}
     for k, e in data["values"].items():
         values |= {f"{k}.{part}": e[part] for part in ("lo", "hi", "n") if part in e}
@@ -155,15 +167,10 @@ def verify(chapter: str, data: dict[str, Any] | None = None) -> None:
     that failed and every claim whose figure was never recorded. Nothing is returned, so a notebook's
     last line shows only what was printed."""
     from ..report.claims_table import chapter_claims, claims_text, unrecorded
-    from ..results import load
 
     if data is None:
-        run_values(chapter)  # raises, saying what to do, when this process recorded nothing
-        data = load(chapter)
-    assert data is not None
-    values = {k: e.get("value") for k, e in data["values"].items()}
-    for k, e in data["values"].items():
-        values |= {f"{k}.{part}": e[part] for part in ("lo", "hi", "n") if part in e}
+        data = this_run(chapter)
+    values = values_of(data)
     found = checks(chapter)
     if len(found) < 3:
         raise RuntimeError(f"chapter {chapter} has {len(found)} checks in labkit/checks/{chapter}.py; "

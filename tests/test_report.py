@@ -529,12 +529,21 @@ def test_the_front_page_shows_other_machines_beside_this_one(tmp_path, monkeypat
     rows, _ = report_of(res)
     first = rows[0]
     other = {"machine": "cuda · NVIDIA H200 (139 GiB) · AMD EPYC", "date": "2026-12-01", "commit": "abc",
-             "rows": {first["id"]: {"value": 42.0, "unit": "x", "verdict": "depends"}}}
+             "rows": {first["id"]: {"key": first["key"], "expect": first["expect"], "value": 42.0,
+                                    "unit": "x", "verdict": "depends"},
+                      rows[1]["id"]: {"key": "an_old_key", "expect": rows[1]["expect"], "value": 7654.5,
+                                      "unit": "x", "verdict": "holds"}}}
     info = {s: {"number": n[:2], "notebook": n, "state": "ran"} for s, n in CHAPTERS.items()}
     html = page.index_page({"machine": MACHINE[0], "date": "2026-01-01", "source": SOURCE, "profile": "small",
                             "summary": verdicts.summary(rows), "by_kind": verdicts.by_kind(rows),
                             "chapters": info, "rows": rows, "results": res, "machines": [other]})
     assert "NVIDIA H200" in html and "42.0 x" in html and "not in this ledger then" in html
+    # a row re-keyed since that machine's run shows no figure from the old rule beside the new one
+    assert "judged by another rule then" in html, rows[1]
+    assert "7654.5" not in html
+    assert machines.same_rule({"key": "k", "expect": "> 1"}, {"key": "k", "expect": "> 1"})
+    assert not machines.same_rule({"key": "k", "expect": "> 2"}, {"key": "k", "expect": "> 1"})
+    assert not machines.same_rule({"value": 1.0}, {"key": "k", "expect": "> 1"})  # rule not recorded
 
 
 def _one_cell_chapter(folder: Path, source: str) -> None:

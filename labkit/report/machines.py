@@ -75,15 +75,23 @@ def machine_label(machine: str) -> str:
 
 def machine_record(report: dict[str, Any]) -> dict[str, Any]:
     """What one machine's file holds, from the report dict: the machine, when and from what, each
-    chapter's digest, run and values, and each claim's value, spread and verdict."""
+    chapter's digest, run and values, and each claim's key, expectation, value, spread and verdict (the
+    key and expectation say which rule judged it: :func:`same_rule`)."""
     chapters = {short: {"digest": data.get("digest", ""), "started": data.get("started", ""),
                         "values": data.get("values", {})}
                 for short, data in report["results"].items() if data}
-    rows = {r["id"]: {k: r.get(k) for k in ("value", "unit", "lo", "hi", "verdict", "evidence")}
-            for r in report["rows"]}
+    fields = ("key", "expect", "value", "unit", "lo", "hi", "verdict", "evidence")
+    rows = {r["id"]: {k: r.get(k) for k in fields} for r in report["rows"]}
     return {"machine": report["machine"], "device": report["device"], "date": report["date"],
             "commit": (report["source"].get("commit") or "")[:12], "profile": report["profile"],
             "summary": report["summary"], "by_kind": report["by_kind"], "chapters": chapters, "rows": rows}
+
+
+def same_rule(theirs: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether another machine's row was judged by the rule the ledger has now (the same key and the
+    same expectation): a row re-keyed or re-banded since then measured something else, so its figure
+    and verdict must not sit beside this one's. A file that did not record its rule never matches."""
+    return "key" in theirs and all(theirs.get(k) == row.get(k) for k in ("key", "expect"))
 
 
 def write_machine(out: Path, report: dict[str, Any], folder: str = FOLDER) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from .machines import machine_label
+from .machines import machine_label, same_rule
 from .verdicts import VERDICTS, fmt_value
 
 COLORS = {"holds": "#1a7f37", "does not hold here": "#9a6700", "depends": "#8250df", "wrong": "#cf222e",
@@ -30,8 +30,9 @@ h1 { font-size: 24px; margin-bottom: 4px; } h2 { font-size: 19px; margin-top: 32
 .meta { color: #57606a; font-size: 13px; } .meta code { font-size: 12px; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0; }
 table.claims { table-layout: fixed; }
-th, td { border-bottom: 1px solid #d0d7de; padding: 6px 8px; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; }
+th, td { border-bottom: 1px solid #d0d7de; padding: 6px 8px; text-align: left; vertical-align: top; }
+table.claims td { overflow-wrap: anywhere; }  /* fixed columns: a long key may break anywhere; other
+                                                 tables size to their words and keep them whole */
 th { background: #f6f8fa; font-size: 13px; }
 td.q { font-style: italic; color: #424a53; max-width: 340px; }
 td.v { font-variant-numeric: tabular-nums; }
@@ -68,8 +69,12 @@ def _machines(row: dict[str, Any], machines: list[dict[str, Any]]) -> str:
     cells = []
     for m in machines:
         r = m["rows"].get(row["id"])
-        cells.append(f'<td class="v">{_value(r)}<div>{badge(r["verdict"])}</div></td>' if r else
-                     '<td class="small">not in this ledger then</td>')
+        if r is None:
+            cells.append('<td class="small">not in this ledger then</td>')
+        elif not same_rule(r, row):
+            cells.append('<td class="small">judged by another rule then</td>')
+        else:
+            cells.append(f'<td class="v">{_value(r)}<div>{badge(r["verdict"])}</div></td>')
     return "".join(cells)
 
 

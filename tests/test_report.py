@@ -353,6 +353,15 @@ def test_whisper_arithmetic_known_answer():
     assert hour["value"] == pytest.approx(120 * f["total"] / 989.4e12) and 0.25 < hour["value"] < 0.35
 
 
+def test_star_ratio_and_bias_share(monkeypatch):
+    assert computed.star_ratio()["value"] == pytest.approx(50 / 15)  # the closer of 50/15 and 50/12
+    assert computed.linear_bias_share()["value"] == 0  # no shipped LLM config adds a bias
+    qwen2 = {"model_type": "qwen2", "qkv_bias": True}  # a family that does: the share must see it
+    monkeypatch.setattr(computed, "load_config", lambda n: qwen2 if n == "Qwen3-4B" else {})
+    shown = computed.linear_bias_share()
+    assert shown["value"] == pytest.approx(1 / 5) and "Qwen3-4B" in shown["note"]
+
+
 def test_declared_fields_reads_a_stub(tmp_path):
     stub = tmp_path / "s.pyi"
     stub.write_text("class _CudaDeviceProperties:\n    name: str\n    total_memory: int\nclass Other: ...\n")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hardware.catalog import ACCELERATORS
+from ..llm.architecture import SHIPPED, load_config, text_config
 from ..media.asr import WHISPER_LARGE_V3
 
 TOKENS_PER_WINDOW = 100  # assumption: speech at ~150 words/minute is ~75 words, ~100 tokens per 30 s
@@ -100,7 +101,38 @@ def xformers_snippet() -> dict[str, Any]:
     return {"value": True, "unit": "", "note": "xformers is installed and a CUDA GPU answers"}
 
 
+# The tutorial's own early-2026 GitHub star counts ("Inference Engines: vLLM vs SGLang vs TensorRT-LLM").
+TUTORIAL_STARS = {"vLLM": 50_000, "SGLang": 15_000, "TensorRT-LLM": 12_000}
+
+
+def star_ratio() -> dict[str, Any]:
+    """The tutorial's "roughly double" (chapter 05) re-done from its own star counts: vLLM's stars over
+    the larger of the other two engines' (the ratio closest to double)."""
+    others = {k: v for k, v in TUTORIAL_STARS.items() if k != "vLLM"}
+    ratios = {k: TUTORIAL_STARS["vLLM"] / v for k, v in others.items()}
+    closest = min(ratios.values())
+    vllm = TUTORIAL_STARS["vLLM"] / 1e3
+    return {"value": closest, "unit": "x",
+            "note": "; ".join(f"vLLM / {k}: {vllm:.0f}K / {v / 1e3:.0f}K = {ratios[k]:.2f}x"
+                              for k, v in others.items())}
+
+
+def linear_bias_share() -> dict[str, Any]:
+    """Share of the lab's LLM configs (the shipped ``data/configs`` and the bundled model's) whose
+    attention or MLP linear layers add a bias, as ``y = Wx + b`` has them (chapter 03). A config without
+    the flag uses its architecture's default, no bias (Llama, Qwen3 and DeepSeek-V3 alike)."""
+    names = [*SHIPPED, "smollm2-135m"]
+    flags = ("attention_bias", "mlp_bias", "qkv_bias")
+    with_bias = [n for n in names if any(text_config(load_config(n)).get(f) for f in flags)]
+    listed = f": {', '.join(with_bias)}" if with_bias else ""
+    return {"value": len(with_bias) / len(names), "unit": "fraction",
+            "note": f"{len(with_bias)} of {len(names)} configs ({', '.join(names)}) add a bias to their "
+                    f"linear layers{listed}"}
+
+
 COMPUTED: dict[str, Callable[[], dict[str, Any]]] = {
+    "star_ratio": star_ratio,
+    "linear_bias_share": linear_bias_share,
     "torch_total_mem": torch_total_mem,
     "xformers_snippet": xformers_snippet,
     "whisper_hour_h100_s": whisper_hour_seconds,

@@ -130,7 +130,14 @@ def linear_bias_share() -> dict[str, Any]:
                     f"linear layers{listed}"}
 
 
+def h100_bandwidth_tbs() -> dict[str, Any]:
+    """The H100 SXM's memory bandwidth in TB/s as the lab's datasheet catalog holds it (chapter 04)."""
+    acc = ACCELERATORS["H100 SXM"]
+    return {"value": acc.bandwidth_bytes_per_s / 1e12, "unit": "TB/s", "note": f"catalog: {acc.source}"}
+
+
 COMPUTED: dict[str, Callable[[], dict[str, Any]]] = {
+    "h100_bandwidth_tbs": h100_bandwidth_tbs,
     "star_ratio": star_ratio,
     "linear_bias_share": linear_bias_share,
     "torch_total_mem": torch_total_mem,

@@ -79,7 +79,14 @@ provision: $(STAMP)
 LAB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST))
 LAB_PORT := $(if $(filter command line,$(origin PORT)),$(PORT))
 # --allow-root only when run as root (Docker, cloud GPU boxes); see labkit/jupyter.py.
+# JupyterLab asks "Would you like to get notified about official Jupyter news?" until answered; the lab
+# runs offline, so this venv answers no (no news feed, no update check) in a settings override JupyterLab
+# 4 reads from <venv>/share/jupyter/lab/settings/overrides.d/ (Settings > Notifications turns it back on).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/labkit.json
 lab: setup
+	@mkdir -p $(dir $(LAB_OVERRIDES))
+	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+	  > $(LAB_OVERRIDES)
 	$(BIN)/python -m labkit.jupyter --host "$(LAB_HOST)" --port "$(LAB_PORT)"
 
 lab-%: setup

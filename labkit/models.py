@@ -17,10 +17,13 @@ the same ``from_pretrained`` / ``WhisperModel`` calls. Weights load from safeten
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import shutil
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +187,32 @@ def weights_dir(name: str | None = None, dtype: str = "float32") -> Path:
     return Path(snapshot_download(src, allow_patterns=["*.json", "*.safetensors"]))
 
 
+@contextlib.contextmanager
+def quiet_loading(download: bool = False) -> Iterator[None]:
+    """No "Loading weights: 100% 272/272" bar from transformers (nor diffusers' "Loading pipeline
+    components") in the ``with`` block, every chapter: a local load takes a second, so the bar says
+    nothing, and a headless run saves it into the page. The switch also hides huggingface_hub's
+    download bars, so ``download`` (a hub model) keeps them while a person watches."""
+    from transformers.utils import logging as tf_logging
+
+    from .settings import watched
+
+    libs = [] if download and watched() else [tf_logging]
+    if libs and "diffusers" in sys.modules:  # only where the caller imported it: a slow import
+        from diffusers.utils import logging as df_logging
+
+        libs.append(df_logging)
+    was = [lib.is_progress_bar_enabled() for lib in libs]
+    for lib in libs:
+        lib.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for lib, on in zip(libs, was, strict=True):
+            if on:
+                lib.enable_progress_bar()
+
+
 def load_llm(name: str | None = None, dtype: str | None = None, device: str | None = None):
     """Load ``(model, tokenizer)`` for the profile's LLM, in eval mode.
 
@@ -209,11 +238,12 @@ def load_llm(name: str | None = None, dtype: str | None = None, device: str | No
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-    model = AutoModelForCausalLM.from_pretrained(
-        src, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False
-    ).to(dev)
+    with quiet_loading(download=not Path(src).is_dir()):
+        model = AutoModelForCausalLM.from_pretrained(
+            src, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False
+        ).to(dev)
+        tok = AutoTokenizer.from_pretrained(src)
     model.eval()
-    tok = AutoTokenizer.from_pretrained(src)
     return model, tok
 
 

@@ -170,3 +170,18 @@ def served_model() -> str | None:
 def ollama_model() -> str | None:
     """``$LABKIT_OLLAMA_MODEL``: which Ollama model chapter 02 measures (default: the first it has)."""
     return os.environ.get("LABKIT_OLLAMA_MODEL", "").strip() or None
+
+
+def watched() -> bool:
+    """Whether a person is likely watching this process's output as it comes: stderr is a terminal,
+    or this is a notebook kernel started by a Jupyter server (JupyterLab names the kernel's session in
+    ``$JPY_SESSION_NAME``; headless runners such as nbclient, papermill and nbmake do not). Progress
+    bars are drawn only then: in a page saved by a headless run they are noise (every chapter)."""
+    import sys
+
+    if os.environ.get("JPY_SESSION_NAME"):
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False

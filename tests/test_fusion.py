@@ -49,3 +49,12 @@ def test_scale_fusion_carries_its_spread():
     r = fusion.scale_fusion(numel=1 << 16, repeats=3)
     iv = r["speedup_interval"]
     assert iv["n"] == 3 and iv["lo"] <= iv["median"] <= iv["hi"]
+
+
+def test_a_warm_compile_reports_the_last_cold_one(tmp_path):
+    log = tmp_path / "cold.json"
+    never = {"cold_s": None, "cold_date": None}
+    assert fusion._cold_compile(log, "cpu", 1.0, hits=1) == never  # warm, and no cold run logged yet
+    assert fusion._cold_compile(log, "cpu", 14.2, hits=0)["cold_s"] == 14.2  # cold: logged
+    warm = fusion._cold_compile(log, "cpu", 3.2, hits=2)
+    assert warm["cold_s"] == 14.2 and warm["cold_date"]  # warm: the cold figure, not the warm one

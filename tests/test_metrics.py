@@ -257,3 +257,15 @@ def test_load_run_tokens_add_up_per_request_when_chunks_carry_several(srv, tmp_p
     for r in s["requests"]:
         assert r.output_tokens == 8 == sum(k for _, k in r.chunks) and r.token_source == "usage-continuous"
         assert [k for _, k in r.chunks] == [3, 3, 2]
+
+
+def _level(c, tok_s, p99_ttft_ms):
+    return {"concurrency": c, "output_throughput": tok_s, "p99_ttft_ms": p99_ttft_ms}
+
+
+def test_knee_sentence_finds_where_throughput_stops_rising_or_says_it_did_not():
+    flat = [_level(1, 20, 100), _level(2, 40, 110), _level(4, 70, 150), _level(8, 72, 400)]
+    assert "the knee lies between 4 and 8" in metrics.knee_sentence(flat)
+    rising = [_level(1, 23.3, 198), _level(8, 107.8, 500), _level(32, 295.7, 1792)]
+    text = metrics.knee_sentence(rising)
+    assert "knee lies beyond 32" in text and "107.8 -> 295.7 tok/s" in text and "between" not in text

@@ -156,3 +156,16 @@ def test_gguf_q4_1_tensor_dequantizes_to_the_safetensors_copy_made_from_it():
     with safe_open(str(models.llm_dir("float32") / "model.safetensors"), framework="pt") as f:
         st = f.get_tensor("model.layers.0.mlp.down_proj.weight").numpy()
     assert float(np.abs(full - st).max()) < 1e-6
+
+
+def test_quiet_loading_hides_the_loading_bar_and_restores_it(monkeypatch):
+    from transformers.utils import logging as tf_logging
+
+    monkeypatch.setattr("labkit.settings.watched", lambda: False)
+    tf_logging.enable_progress_bar()
+    with models.quiet_loading():
+        assert not tf_logging.is_progress_bar_enabled()
+    assert tf_logging.is_progress_bar_enabled()
+    monkeypatch.setattr("labkit.settings.watched", lambda: True)
+    with models.quiet_loading(download=True):  # a hub download in front of a person keeps its bars
+        assert tf_logging.is_progress_bar_enabled()

@@ -54,3 +54,15 @@ def test_torch_threads_sets_and_restores_even_on_error():
     with pytest.raises(RuntimeError), torch_threads(before + 1):
         raise RuntimeError("the work failed")
     assert torch.get_num_threads() == before
+
+
+def test_watched_means_a_terminal_or_a_jupyter_server_kernel(monkeypatch):
+    class Pipe:
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr("sys.stderr", Pipe())
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert prof.watched() is False  # nbclient, papermill, nbmake: output saved into a page
+    monkeypatch.setenv("JPY_SESSION_NAME", "notebooks/02_metrics.ipynb")
+    assert prof.watched() is True  # a kernel JupyterLab started: a person watches

@@ -42,7 +42,9 @@ def sdxl_unet(device: str = "meta", dtype: str = "float16"):
     from diffusers import UNet2DConditionModel
 
     with torch.device(device):
-        return UNet2DConditionModel(**SDXL_UNET).to(getattr(torch, dtype)).eval()
+        # nn.Module's own .to: diffusers' wraps it only to warn that modules to keep in float32 may be
+        # cast, and lists none for this UNet ("should be kept in float32: []" on chapter 07's page)
+        return torch.nn.Module.to(UNet2DConditionModel(**SDXL_UNET), getattr(torch, dtype)).eval()
 
 
 def unet_inputs(unet, batch: int, latent: int | None = None, seed: int = 0) -> dict[str, Any]:

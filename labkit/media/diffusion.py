@@ -30,11 +30,19 @@ from typing import Any
 import numpy as np
 
 from ..hardware.microbench import timed
+from ..models import quiet_loading
 from ..paths import used
 from . import digits
 from .digits import DIGITS_DIR
 
 LOCAL = {"digits-sdxl": DIGITS_DIR}
+# Two log lines an SDXL load prints here that say nothing about the run, kept off chapter 07's page by
+# :func:`_known_noise_off` (logger -> the text that marks the line; every other line still shows):
+# transformers falls back to its PIL image processors since torchvision is not installed (the
+# pipeline's CLIP/SigLIP feature extractors serve image prompts, which the lab never sends), and
+# diffusers' torchao hook misses tensor classes torchao 0.18 dropped (no checkpoint here uses them).
+KNOWN_NOISE = {"transformers.utils.import_utils": "requires torchvision (not installed); falling back",
+               "diffusers.quantizers.torchao.torchao_quantizer": "Unable to import `torchao` Tensor objects"}
 # Tensors that carry the [unconditional, conditional] halves in StableDiffusionXLPipeline.
 CFG_TENSORS = ["prompt_embeds", "add_text_embeds", "add_time_ids"]
 
@@ -114,6 +122,21 @@ def pipeline_source(name: str) -> tuple[str, bool]:
     return name, False
 
 
+@contextmanager
+def _known_noise_off() -> Iterator[None]:
+    """Drop the :data:`KNOWN_NOISE` log lines (and only those) within the ``with`` block."""
+    import logging
+
+    drops = {name: (lambda r, t=text: t not in r.getMessage()) for name, text in KNOWN_NOISE.items()}
+    for name, drop in drops.items():
+        logging.getLogger(name).addFilter(drop)
+    try:
+        yield
+    finally:
+        for name, drop in drops.items():
+            logging.getLogger(name).removeFilter(drop)
+
+
 def load_pipeline(
     name: str | None = None, device: str | None = None, attention_slicing: bool = False
 ) -> tuple[Any, dict[str, Any]]:
@@ -133,11 +156,12 @@ def load_pipeline(
     ``info``: ``name, source, device, dtype, load_s, notes`` (load time in seconds).
     """
     import torch
-    from diffusers import StableDiffusionXLPipeline
 
     from ..hardware.machine import resolve_device
     from ..settings import profile
 
+    with _known_noise_off():
+        from diffusers import StableDiffusionXLPipeline
     p = profile()
     name = name or p.diffusion
     dev = resolve_device(device or p.device)
@@ -150,7 +174,8 @@ def load_pipeline(
     elif half:
         kwargs["variant"] = "fp16"
     notes = []
-    pipe, load_s = timed(lambda: StableDiffusionXLPipeline.from_pretrained(source, **kwargs).to(dev), dev)
+    with quiet_loading(download=not local), _known_noise_off():  # no bar, no known log lines
+        pipe, load_s = timed(lambda: StableDiffusionXLPipeline.from_pretrained(source, **kwargs).to(dev), dev)
     if dev.startswith("cuda") and importlib.util.find_spec("xformers") is not None:
         pipe.enable_xformers_memory_efficient_attention()
         notes.append("xformers memory-efficient attention")

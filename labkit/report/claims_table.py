@@ -9,6 +9,7 @@ run neither recorded nor explained (:func:`labkit.results.unmeasured`), which fa
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 from typing import Any
 
 from ..chapters import CHAPTERS
@@ -71,3 +72,25 @@ def unrecorded(chapter: str, data: dict[str, Any]) -> list[tuple[str, str]]:
                 missing.append((c.id, f"{key} was not recorded (record it, or labkit.results.unmeasured "
                                       "with the reason)"))
     return missing
+
+
+JUDGED = ("holds", "does not hold here", "wrong", "depends", "inconclusive")  # a figure met or missed
+
+
+def findings_sentence(chapter: str) -> str:
+    """How ``chapter``'s claims fared on its last recorded run, as a sentence for its "What we learned"
+    cell (every chapter): how many of those judged on a figure held, then each that did not, with its
+    verdict, figure and expectation; the rest (a GPU needed, not checkable offline) counted apart."""
+    data = load(chapter)
+    rows = chapter_claims(chapter, data) if data else []
+    judged = [r for r in rows if r["verdict"] in JUDGED]
+    missed = [r for r in judged if r["verdict"] != "holds"]
+    held = len(judged) - len(missed)
+    text = f"Of the {len(judged)} tutorial claims this run judged on a figure, {held} held"
+    rest = Counter(r["verdict"] for r in rows if r["verdict"] not in JUDGED)
+    if rest:
+        text += " (besides: " + ", ".join(f"{n} {v}" for v, n in rest.items()) + ")"
+    if not missed:
+        return text + "."
+    return text + "; did not hold as stated here: " + "; ".join(
+        f"{r['claim']} ({r['verdict']}: {_shown(r)}, expected {r['expect']})" for r in missed) + "."

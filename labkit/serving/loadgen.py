@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple
 
 from ..paths import DATA
+from ..settings import watched
 from . import metrics
 from .loadspec import ClientSpec, LoadSpec, Prompt
 from .loadspec import default_requests as default_requests  # re-exported: callers use loadgen's
@@ -230,15 +231,18 @@ async def _execute(backend: Backend, plan: list[_Planned], spec: LoadSpec, sink:
 
 def run(target: str | Backend, spec: LoadSpec | None = None, client: ClientSpec | None = None, *,
         slo: Mapping[str, float] | None = None, out: str | Path | None = None, label: str | None = None,
-        progress: bool = True, check: bool = True) -> Summary:
+        progress: bool | None = None, check: bool = True) -> Summary:
     """Send the requests ``spec`` describes (default ``LoadSpec()``: 8 requests, one at a time) to
     ``target`` and summarize them (see the module docstring). ``client``: how to reach a URL
     target (default: its only model, chat endpoint); ``slo``: goodput limits in ms
     (``{"ttft_ms": 500, "tpot_ms": 100}``); ``out``: a folder for ``LABEL.jsonl`` and
     ``LABEL.json`` (``label`` default ``c<concurrency>`` or ``rate<rate>``); ``check``: fail fast
-    with :class:`ServerError` when the server is absent or lacks the model. ``ValueError`` saying
-    what to pass when the target cannot take the concurrency asked for."""
+    with :class:`ServerError` when the server is absent or lacks the model; ``progress``: a bar per
+    request (default: only when a person watches, :func:`labkit.settings.watched`; never in a page a
+    headless run saves). ``ValueError`` saying what to pass when the target cannot take the
+    concurrency asked for."""
     spec = spec or LoadSpec()
+    progress = watched() if progress is None else progress
     concurrency = spec.in_flight
     be = _backend(target, client)
     if be.max_concurrency is not None and (concurrency is None or concurrency > be.max_concurrency):
@@ -277,7 +281,7 @@ def run(target: str | Backend, spec: LoadSpec | None = None, client: ClientSpec 
 def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8), spec: LoadSpec | None = None,
           client: ClientSpec | None = None, *, n_requests: Mapping[int, int] | None = None,
           slo: Mapping[str, float] | None = None, out: str | Path | None = None,
-          progress: bool = True) -> list[Summary]:
+          progress: bool | None = None) -> list[Summary]:
     """:func:`run` at each concurrency in turn (closed loop), with ``spec`` for everything else.
     Requests per level: ``n_requests[c]`` where given, else ``spec.n_requests`` for every level,
     else :func:`default_requests`; only the first level warms up and checks the server. A list of

@@ -205,3 +205,25 @@ def prompt_length_sentence(fig: Mapping[str, Mapping[str, float]], short: str = 
         return head + ("TPOT grew too, but by much less than TTFT: a decode step handles one token, yet "
                        "attends over a longer context.")
     return head + "TPOT moved about as much as TTFT here, so prompt length did not separate the two phases."
+
+
+def knee_sentence(summaries: Sequence[Mapping[str, Any]], flat: float = 0.10) -> str:
+    """Chapter 02's knee, from a concurrency sweep's summaries in order: the output tokens/s each
+    request added in flight bought, then the first level whose throughput rose by less than ``flat``
+    (10%) over the level before (the knee: throughput stops rising while latency grows), or, when
+    every level still rose, that the knee lies beyond the sweep's highest level."""
+    c = [s["concurrency"] for s in summaries]
+    t = [s["output_throughput"] for s in summaries]
+    ttft = [s["p99_ttft_ms"] for s in summaries]
+    bought = [(t[i] - t[i - 1]) / (c[i] - c[i - 1]) for i in range(1, len(c))]
+    text = "Output tokens/s bought by each request added in flight: " + ", ".join(
+        f"{a}->{b}: {x:+.1f}" for a, b, x in zip(c, c[1:], bought, strict=False)) + ". "
+    i = next((i for i in range(1, len(c)) if t[i] < t[i - 1] * (1 + flat)), len(c) - 1)
+    moved = (f"{t[i - 1]:.1f} -> {t[i]:.1f} tok/s from {c[i - 1]} to {c[i]} in flight "
+             f"({t[i] / t[i - 1] - 1:+.0%}) while P99 TTFT went {ttft[i - 1]:.0f} -> {ttft[i]:.0f} ms")
+    if t[i] < t[i - 1] * (1 + flat):
+        return text + f"Throughput went {moved}: the knee lies between {c[i - 1]} and {c[i]}."
+    bent = f", though each added request bought {bought[-1] / bought[0]:.0%} of what the first did" \
+        if bought[-1] < bought[0] else ""
+    return text + (f"Throughput still rose, {moved}: this server's knee lies beyond {c[-1]}, "
+                   f"the sweep's last level{bent}.")

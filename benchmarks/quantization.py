@@ -27,6 +27,7 @@ import torch
 from labkit.hardware.capability import compute_dtype
 from labkit.hardware.microbench import interleaved_times
 from labkit.llm import gptq as G
+from labkit.llm import lowbit_kernels as LK
 from labkit.llm import perplexity as P
 from labkit.llm import quant_bench as QB
 from labkit.llm import quantize as Q
@@ -65,7 +66,7 @@ def main() -> None:
     packed = G.gptq_quantize_model(m, calib, 4, group, damp=0.1, act_order=True, cache=not args.no_cache)
     gptq_s = time.perf_counter() - t0
     formats["INT4 GPTQ"] = (m, Q.quantize_model(m, 4, group, quantized=packed)["q_bytes"])
-    formats["torchao INT8"] = QB.torchao_int8(model)  # the same function chapter 06 calls
+    formats["torchao INT8"] = LK.torchao_int8(model)  # the same function chapter 06 calls
     print(f"GPTQ on {calib.shape[0]}x{calib.shape[1]} calibration tokens: {gptq_s:.1f} s; scoring "
           f"{ev.shape[0]}x{ev.shape[1]} held-out tokens")
 
@@ -93,7 +94,7 @@ def main() -> None:
     print(f"(tok/s: {new_tokens} greedy tokens after a {enc.input_ids.shape[1]}-token prompt, "
           f"median of {repeats}, interleaved)")
 
-    us = QB.kernel_times(model.model.layers[0].mlp.down_proj, group, "cpu", repeats=10 if args.quick else 30)
+    us = LK.kernel_times(model.model.layers[0].mlp.down_proj, group, "cpu", repeats=10 if args.quick else 30)
     print("\none MLP down_proj at batch 1:")
     for k, v in us.items():
         print(f"  {k:44s} {v:8.0f} us  {v / us['float matmul']:5.1f}x the float matmul")

@@ -7,6 +7,7 @@ import torch
 
 from labkit.llm import gptq as G
 from labkit.llm import quantize as Q
+from labkit.llm.autogptq import autogptq_quantize
 
 
 def correlated_layer(seed: int = 0, n_out: int = 96, n_in: int = 256, tokens: int = 1024):
@@ -109,7 +110,7 @@ def test_calibration_windows_shape_and_shortage():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown on machines without CUDA")
 def test_autogptq_explains_why_it_cannot_run_without_cuda():
     with pytest.raises(RuntimeError, match="CUDA") as e:
-        G.autogptq_quantize("Qwen/Qwen2.5-1.5B")
+        autogptq_quantize("Qwen/Qwen2.5-1.5B")
     assert "gptqmodel" in str(e.value) and "gptq_quantize_model" in str(e.value)
 
 
@@ -182,3 +183,27 @@ def test_each_layer_is_calibrated_with_its_own_attention_mask(tmp_path, monkeypa
     again: dict = {}
     G.gptq_quantize_model(_mixed_attention_model(), calib, report=again, **kw)
     assert again == report  # the report comes back with the cached tensors
+
+
+def test_hessian_error_is_the_output_error_on_the_calibration_inputs():
+    g = torch.Generator().manual_seed(2)
+    x, e = torch.randn(200, 24, generator=g), torch.randn(5, 24, generator=g)
+    h = G.hessian_of(x)
+    assert torch.allclose(h, 2 * x.t() @ x / 200)
+    per_row = G.hessian_error(e, h)
+    assert per_row.shape == (5,)
+    assert torch.allclose(per_row, 2 * (x @ e.t()).pow(2).mean(0), rtol=1e-4)  # 2 mean ||e x||², per row
+
+
+def test_gptq_model_reports_its_own_and_rtns_calibration_error(tmp_path, monkeypatch, tiny_llama):
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    model = tiny_llama()
+    calib = torch.randint(0, 256, (3, 40), generator=torch.Generator().manual_seed(1))
+    report: dict = {}
+    G.gptq_quantize_model(model, calib, bits=4, group_size=32, act_order=True, progress=False, report=report)
+    layers = {n: r for n, r in report.items() if n != "tokens"}
+    assert layers and all(0 < r["calib_err_gptq"] < r["calib_err_rtn"] for r in layers.values())
+    again: dict = {}  # a cached run hands back the same report
+    G.gptq_quantize_model(tiny_llama(), calib, bits=4, group_size=32, act_order=True, progress=False,
+                          report=again)
+    assert again == report

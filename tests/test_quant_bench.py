@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.llm import lowbit_kernels as LK
 from labkit.llm import perplexity as P
 from labkit.llm import quant_bench as QB
 from labkit.llm import quantize as Q
@@ -103,7 +104,7 @@ def test_decode_speed_is_greedy_decode_s(model, base):
 
 def test_torchao_int8_takes_one_byte_per_weight_plus_row_scales(model, base):
     pytest.importorskip("torchao")
-    ma, nbytes = QB.torchao_int8(model)
+    ma, nbytes = LK.torchao_int8(model)
     linears = Q.quantizable_linears(model)
     weights, rows = sum(m.weight.numel() for _, m in linears), sum(m.out_features for _, m in linears)
     # int8 codes, plus per row a scale (at most float32) and an int8 zero point (torchao 0.18 stores one)
@@ -112,13 +113,13 @@ def test_torchao_int8_takes_one_byte_per_weight_plus_row_scales(model, base):
     assert P.divergence(base.logits, P.window_logits(ma, base.ev))["kl"] < 1e-3
 
 
-@pytest.mark.skipif(not QB.has_fused_cpu_kernels(), reason="this torch has no fused INT4/INT8 CPU kernels")
+@pytest.mark.skipif(not LK.has_fused_cpu_kernels(), reason="this torch has no fused INT4/INT8 CPU kernels")
 @pytest.mark.parametrize("in_features", [256, 576])  # 576: not whole groups of 128, so groups of 64
 def test_fused_kernels_compute_labkits_round_to_nearest_product(in_features):
     torch.manual_seed(3)
     lin = nn.Linear(in_features, 48, bias=False)
     x = torch.randn(1, in_features)
-    calls = QB.kernel_calls(lin, x, 128, "cpu")
+    calls = LK.kernel_calls(lin, x, 128, "cpu")
     assert list(calls) == ["float matmul", "labkit INT8 (dequantize + matmul)",
                            "labkit INT4 (unpack + dequantize + matmul)", "torch fused INT8 kernel",
                            "torch fused INT4 kernel"]
@@ -129,15 +130,15 @@ def test_fused_kernels_compute_labkits_round_to_nearest_product(in_features):
     assert torch.allclose(out["torch fused INT8 kernel"], out["labkit INT8 (dequantize + matmul)"], atol=1e-5)
     assert torch.allclose(out["torch fused INT4 kernel"], rtn4, atol=1e-5)
     assert not torch.allclose(out["torch fused INT4 kernel"], out["float matmul"], atol=1e-3)  # it is 4-bit
-    packed, g_used, sz = QB.fused_int4_operands(lin.weight.detach(), 128)
+    packed, g_used, sz = LK.fused_int4_operands(lin.weight.detach(), 128)
     assert g_used == g and sz.shape == (in_features // g, 48, 2) and not sz[..., 1].any()
-    assert "torch fused INT4 kernel" not in QB.kernel_calls(lin, x, 128, "cuda")  # CPU kernels only
+    assert "torch fused INT4 kernel" not in LK.kernel_calls(lin, x, 128, "cuda")  # CPU kernels only
 
 
 def test_kernel_times_times_every_call():
     lin = nn.Linear(128, 32)
-    us = QB.kernel_times(lin, 64, "cpu", repeats=2)
-    assert set(us) == set(QB.kernel_calls(lin, torch.zeros(1, 128), 64))
+    us = LK.kernel_times(lin, 64, "cpu", repeats=2)
+    assert set(us) == set(LK.kernel_calls(lin, torch.zeros(1, 128), 64))
     assert all(0 < v < 1e6 for v in us.values())
 
 
@@ -165,17 +166,17 @@ def test_bytes_per_param_rule():
 
 @pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int8pack_mm"), reason="no fused INT8 CPU kernel")
 def test_fused_int8_model_computes_labkits_int8_product_in_one_byte_per_weight(model, base):
-    mf, nbytes = QB.fused_int8_model(model)
+    mf, nbytes = LK.fused_int8_model(model)
     m8 = copy.deepcopy(model)
     rep = Q.quantize_model(m8, bits=8)
     linears = Q.quantizable_linears(model)
-    assert all(isinstance(mf.get_submodule(n), QB.FusedInt8Linear) for n, _ in linears)
-    assert nbytes == sum(QB.FusedInt8Linear(m).nbytes() for _, m in linears)
+    assert all(isinstance(mf.get_submodule(n), LK.FusedInt8Linear) for n, _ in linears)
+    assert nbytes == sum(LK.FusedInt8Linear(m).nbytes() for _, m in linears)
     assert sum(m.weight.numel() for _, m in linears) < nbytes < rep["fp_bytes"] / 3
     with torch.inference_mode():
         a, b = P.window_logits(mf, base.ev), P.window_logits(m8, base.ev)
     assert torch.allclose(a, b, atol=1e-3)
-    assert not isinstance(model.get_submodule(linears[0][0]), QB.FusedInt8Linear)  # the original is kept
+    assert not isinstance(model.get_submodule(linears[0][0]), LK.FusedInt8Linear)  # the original is kept
     fused = mf.get_submodule(linears[0][0])  # one row goes through the kernel, several through a float copy
     x = torch.randn(3, fused.qweight.shape[1])
     with torch.inference_mode():
@@ -223,3 +224,22 @@ def test_a_quantized_kv_cache_at_long_context(model):
     assert kv["INT8, prefix only"]["kl"] != kv["INT8, prefix and continuation"]["kl"]  # the new tokens count
     with torch.inference_mode():  # nothing stays rounded: the plain model scores as before
         assert model.config._attn_implementation == "sdpa" and torch.isfinite(model(ids).logits).all()
+
+
+def test_per_tensor_int8_and_fp8_rounding_and_their_range_errors():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 128, generator=g) * 0.02
+    w[0, 0] = 2.0  # one outlier, 100 standard deviations out: it sets both formats' single scale
+    i8 = QB.per_tensor_round(w, "int8")
+    step = 2.0 / 127
+    assert ((i8 - w).abs() <= step / 2 + 1e-7).all() and len(torch.unique(i8)) <= 255
+    f8 = QB.per_tensor_round(w, "float8_e4m3fn")
+    assert float(f8[0, 0]) == pytest.approx(2.0) and f8.dtype == torch.float32
+    small = (w.abs() > 1e-3) & (w.abs() < 0.02)  # E4M3's 3 mantissa bits: at most 1/16 relative error
+    assert ((f8 - w).abs()[small] <= w.abs()[small] / 16 + 1e-7).all()
+    e = QB.range_errors(w)
+    assert set(e) == {"int8", "float8_e4m3fn", "float8_e5m2"}
+    assert e["float8_e4m3fn"]["small"] < e["int8"]["small"] and e["float8_e4m3fn"]["mse"] < e["int8"]["mse"]
+    flat = torch.randn(64, 128, generator=g)  # no outlier: INT8's even grid is the finer one
+    ef = QB.range_errors(flat)
+    assert ef["int8"]["mse"] < ef["float8_e4m3fn"]["mse"]

@@ -9,6 +9,7 @@ from torch import nn
 
 from labkit.llm import perplexity as P
 from labkit.llm import quantize as Q
+from labkit.llm import runtime_quant as RQ
 
 
 def test_pack_unpack_roundtrip_every_code():
@@ -100,14 +101,14 @@ def test_quantize_model_accepts_precomputed_weights(tiny_llama):
 def test_kv_quantization_error_and_bytes(tiny_llama):
     torch.manual_seed(4)
     k = torch.randn(2, 3, 50, 64) * torch.rand(2, 3, 50, 1) * 10
-    q, s = Q.quantize_kv(k)
+    q, s = RQ.quantize_kv(k)
     assert q.dtype == torch.int8 and s.shape == (2, 3, 50, 1)
-    assert ((Q.dequantize_kv(q, s) - k).abs() <= s.float() * 0.51 + 1e-6).all()
+    assert ((RQ.dequantize_kv(q, s) - k).abs() <= s.float() * 0.51 + 1e-6).all()
     model = tiny_llama()
     with torch.no_grad():
         cache = model(torch.randint(0, 256, (1, 30)), use_cache=True).past_key_values
     before = [layer.keys.clone() for layer in cache.layers]
-    rep = Q.quantize_cache_(cache)
+    rep = RQ.quantize_cache_(cache)
     head_dim = 16
     assert rep["fp_bytes"] == 2 * 2 * 2 * 30 * head_dim * 4  # layers x (K,V) x kv heads x tokens x dim x fp32
     assert rep["q_bytes"] == rep["fp_bytes"] * (head_dim + 2) // (4 * head_dim)
@@ -120,12 +121,12 @@ def test_activation_and_attention_fake_quant_change_little_and_clean_up(tiny_lla
     ids = torch.randint(0, 256, (1, 40))
     with torch.no_grad():
         ref = model(ids).logits
-        with Q.activation_quant(model) as n:
+        with RQ.activation_quant(model) as n:
             act = model(ids).logits
         assert n == 14
-        with Q.attention_quant(model):
+        with RQ.attention_quant(model):
             plain = model(ids).logits
-        with Q.attention_quant(model, kv_bits=8, probs_bits=8):
+        with RQ.attention_quant(model, kv_bits=8, probs_bits=8):
             both = model(ids).logits
         after = model(ids).logits
     assert torch.allclose(plain, ref, atol=1e-4)  # the eager path reproduces sdpa
@@ -133,7 +134,7 @@ def test_activation_and_attention_fake_quant_change_little_and_clean_up(tiny_lla
         assert not torch.equal(out, ref) and torch.allclose(out, ref, atol=0.05)
     assert torch.equal(after, ref) and model.config._attn_implementation == "sdpa"
     x = torch.randn(3, 5, 32)
-    fq = Q.fake_quant_per_token(x)
+    fq = RQ.fake_quant_per_token(x)
     assert ((fq - x).abs() <= x.abs().amax(-1, keepdim=True) / 127 * 0.51).all()
 
 
@@ -195,22 +196,139 @@ def test_greedy_continuations_keeps_a_pad_id_of_zero():
     assert seen["pad"] == 0 and out[0].tolist()[-3:] == [1, 1, 1]
 
 
-def test_per_channel_keys_beat_per_token_on_outlier_channels():
+def test_kivi_style_keys_beat_per_token_on_outlier_channels_and_cost_their_scales():
     """KIVI's point: keys carry a few large channels in every token. At 4 bits a per-token scale is
-    set by the outlier and rounds the small channels to zero; a per-channel scale keeps them."""
+    set by the outlier and rounds the small channels coarsely; a per-channel one keeps them. Its
+    asymmetric grid holds each group's min and max exactly; storage counts the float16 min and scale."""
     import torch
 
-    from labkit.llm import quantize as Q
+    from labkit.llm import runtime_quant as RQ
 
     g = torch.Generator().manual_seed(0)
-    k = torch.randn(1, 2, 64, 32, generator=g)
+    k = torch.randn(1, 2, 64, 32, generator=g) + 3  # off-centre: an asymmetric grid uses all its codes
     k[..., 3] *= 40  # an outlier channel, as real keys have
-    per_token = Q.dequantize_kv(*Q.quantize_kv(k, 4), k.dtype)
-    per_channel = Q.fake_quant_kv_per_channel(k, 4, group=32)
+    v = torch.randn(1, 2, 64, 32, generator=g)
+    per_token = RQ.dequantize_kv(*RQ.quantize_kv(k, 4), k.dtype)
+    kivi_k, kivi_v = RQ.fake_quant_kivi(k, v, 4, group=32)
     small = [c for c in range(32) if c != 3]
     err_t = (per_token - k)[..., small].pow(2).mean()
-    err_c = (per_channel - k)[..., small].pow(2).mean()
+    err_c = (kivi_k - k)[..., small].pow(2).mean()
     assert err_c < 0.1 * err_t, (float(err_c), float(err_t))
-    assert per_channel.shape == k.shape and per_channel.dtype == k.dtype
-    odd = Q.fake_quant_kv_per_channel(k[:, :, :50], 4, group=32)  # a partial last group
-    assert odd.shape == (1, 2, 50, 32) and torch.allclose(odd[:, :, :32], per_channel[:, :, :32])
+    assert kivi_k.shape == k.shape and kivi_k.dtype == k.dtype
+    groups = k.view(1, 2, 2, 32, 32)  # keys: per channel over 32 tokens, min and max kept (float16)
+    step = (groups.amax(3) - groups.amin(3)) / 15
+    assert ((kivi_k.view(1, 2, 2, 32, 32) - groups).abs() <= step[:, :, :, None] * 0.51 + 0.02).all()
+    assert torch.allclose(kivi_k.view(1, 2, 2, 32, 32).amin(3), groups.amin(3), atol=0.02)
+    direct_v = RQ.fake_quant_asym(v, 4, -1, 32)  # values: per token over 32 channels
+    assert torch.equal(kivi_v, direct_v) and not torch.equal(kivi_v, RQ.fake_quant_asym(v, 4, -2, 32))
+    odd, _ = RQ.fake_quant_kivi(k[:, :, :50], v[:, :, :50], 4, group=32)  # a partial last group
+    assert odd.shape == (1, 2, 50, 32) and torch.allclose(odd[:, :, :32], kivi_k[:, :, :32])
+    from labkit.llm.kvcache import kv_bits_per_element
+
+    assert kv_bits_per_element(4, 64) == 4.25 and kv_bits_per_element(4, 64, kivi=True) == 5.0
+    assert kv_bits_per_element(8, 64) == 8.25 and kv_bits_per_element(4, 64, kivi=True, group=64) == 4.5
+
+
+def test_asymmetric_rtn_with_clip_search_beats_symmetric_and_stores_what_it_counts(tiny_llama):
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(48, 320, generator=g) * 0.05 + 0.02  # off-centre groups: a zero point helps
+    w[:, 7] *= 30  # an outlier column: clipping helps the rest of its groups
+    codes, scales, zeros = Q.quantize_weight_asym(w, 4, 128)
+    assert codes.shape == (48, 160) and codes.dtype == torch.uint8 and scales.shape == zeros.shape == (48, 3)
+    assert scales.dtype == torch.float16 and zeros.dtype == torch.uint8 and int(zeros.max()) <= 15
+    deq = Q.dequantize_weight_asym(codes, scales, zeros, 4, 320, 128)
+    sym = Q.dequantize_weight(*Q.quantize_weight(w, 4, 128), 4, 320, 128)
+    full = Q.dequantize_weight_asym(*Q.quantize_weight_asym(w, 4, 128, clip=(1.0,)), 4, 320, 128)
+    mse = {k: float((v - w).pow(2).mean()) for k, v in (("clip", deq), ("minmax", full), ("sym", sym))}
+    assert mse["clip"] <= mse["minmax"] < mse["sym"], mse
+    # the search picks, per group, the least squared error of the shares it tries: never worse than none
+    per_group = lambda q: (q - w).pow(2).view(48, -1).split(128, 1)  # noqa: E731
+    for a, b in zip(per_group(deq), per_group(full), strict=True):
+        assert (a.sum(1) <= b.sum(1) + 1e-9).all()
+    z = torch.zeros(4, 128)
+    z[:, 5] = 1.0  # 0 stays exact: the range always holds it
+    zq = Q.dequantize_weight_asym(*Q.quantize_weight_asym(z, 4, 128), 4, 128, 128)
+    assert torch.equal(zq[:, :5], z[:, :5])
+    model = tiny_llama()
+    before = {n: m.weight.detach().clone() for n, m in Q.quantizable_linears(model)}
+    rep = Q.rtn_asym_model_(model, 4, 32)
+    linears = Q.quantizable_linears(model)
+    params = sum(m.weight.numel() for _, m in linears)
+    groups = sum(m.out_features * -(-m.in_features // 32) for _, m in linears)
+    assert rep["layers"] == len(linears) and rep["params"] == params
+    assert rep["q_bytes"] == params // 2 + groups * (2 + 1)  # nibbles, float16 scales, uint8 zero points
+    for n, m in linears:
+        expect = Q.dequantize_weight_asym(*Q.quantize_weight_asym(before[n], 4, 32), 4, m.in_features, 32)
+        assert torch.equal(m.weight.detach(), expect)
+
+
+def test_sliding_windows_score_every_token_once_with_context():
+    ids = torch.arange(1000, 3300)  # 2300 tokens
+    sw = P.sliding_windows(ids, window=1024, stride=512)
+    assert sw.windows.shape == (4, 1024) and sw.starts == (0, 512, 1024, 1276) and sw.shape == (4, 1024)
+    predicted = []  # absolute positions of the tokens each window scores
+    for s, f, win in zip(sw.starts, sw.first, sw.windows, strict=True):
+        assert torch.equal(win, ids[s:s + 1024])
+        predicted += [s + p + 1 for p in range(f, 1023)]
+        assert f == 0 or f >= 512 - 1  # a window's first scored prediction sees window - stride tokens
+    assert predicted == list(range(1, 2300)) and sw.numel() == 2299
+    one = P.sliding_windows(ids[:300], 1024, 512)
+    assert one.windows.shape == (1, 300) and one.first == (0,)
+    with pytest.raises(ValueError):
+        P.sliding_windows(ids, 512, 1024)
+
+
+def test_sliding_logits_equal_a_full_context_pass_when_the_window_covers_the_text(tiny_llama):
+    model = tiny_llama(max_position_embeddings=256)
+    ids = torch.randint(0, 256, (120,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(ids[None]).logits[0, :-1].float()
+    whole = P.sliding_logits(model, P.sliding_windows(ids, 128, 64))
+    assert whole.shape == (119, 256) and torch.allclose(whole, full, atol=1e-5)
+    slid = P.sliding_logits(model, P.sliding_windows(ids, 64, 32), batch_tokens=128)
+    assert slid.shape == (119, 256) and torch.allclose(slid[:63], full[:63], atol=1e-5)
+    assert not torch.allclose(slid[63:], full[63:], atol=1e-3)  # later tokens see 32+ tokens, not all before
+    nll = P.token_nll(whole, ids)
+    assert nll.dtype == torch.float64 and float(nll.mean()) == pytest.approx(
+        float(torch.nn.functional.cross_entropy(full, ids[1:])), rel=1e-5)
+
+
+def test_paragraph_groups_and_bootstrap_intervals():
+    class Tok:  # a fast tokenizer's offsets: one token per word
+        def __call__(self, text, return_offsets_mapping=False):
+            import re
+            return {"offset_mapping": [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]}
+
+    text = "a b c\n\nd e\n\nf g h i"
+    assert P.paragraph_groups(Tok(), text) == [0, 0, 0, 1, 1, 2, 2, 2, 2]
+    g = torch.Generator().manual_seed(0)
+    nll = torch.rand(400, generator=g, dtype=torch.float64) * 4
+    groups = [0] + [i // 40 for i in range(400)]  # a whole text's groups: its first token is never predicted
+    c = P.ppl_interval(nll, groups)
+    assert c["lo"] < c["ppl"] < c["hi"] and c["n"] == 10
+    assert c["ppl"] == pytest.approx(math.exp(float(nll.mean())))
+    same = P.ppl_ratio_interval(nll, nll, groups)
+    assert same["ratio"] == same["lo"] == same["hi"] == 1.0
+    worse = P.ppl_ratio_interval(nll, nll + 0.1, groups)
+    assert worse["ratio"] == pytest.approx(math.exp(0.1)) and worse["lo"] == pytest.approx(math.exp(0.1))
+
+
+def test_token_nll_from_log_probabilities_equals_cross_entropy():
+    g = torch.Generator().manual_seed(1)
+    logits, ids = torch.randn(2, 9, 50, generator=g), torch.randint(0, 50, (2, 9), generator=g)
+    a = P.token_nll(logits, ids)
+    b = P.token_nll(torch.log_softmax(logits, -1), ids, log_probs=True)
+    assert a.shape == (16,) and torch.allclose(a, b, atol=1e-6)
+    assert float(a.mean()) == pytest.approx(P.perplexity_from_logits(logits, ids)["nll"], rel=1e-6)
+
+
+def test_divergence_from_cached_reference_statistics_equals_the_direct_one():
+    g = torch.Generator().manual_seed(2)
+    ref, other = torch.randn(30, 40, generator=g), torch.randn(30, 40, generator=g)
+    p, q = torch.log_softmax(ref, -1), torch.log_softmax(other, -1)
+    probs = p.exp()
+    stats = {"p": probs, "p_logp": torch.linalg.vecdot(probs, p), "top": p.argmax(-1)}
+    cached = P.divergence_logp(p, q, stats)
+    direct = P.divergence(ref, other)
+    assert cached["kl"] == pytest.approx(direct["kl"], rel=1e-5) and cached["top1"] == direct["top1"]
+    assert cached["kl"] == pytest.approx(float((probs * (p - q)).sum(-1).mean()), rel=1e-5)

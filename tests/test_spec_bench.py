@@ -1,5 +1,6 @@
-"""Chapter 06's speculative-decoding measurements (labkit.llm.spec_bench) on a tiny random Llama: a
-timed run still writes plain greedy's text, the greedy judge forgives only near-ties, and the
+"""Chapter 06's speculative-decoding measurements (labkit.llm.spec_bench) on a tiny random Llama: paired
+rounds time plain and speculative runs of one length in alternating order and still write plain
+greedy's text, the greedy judge forgives only near-ties, and the
 early-exit acceptance read from one pass equals what the early-exit drafter itself predicts."""
 
 import math
@@ -24,16 +25,21 @@ def greedy(model):
     return speculative_generate(model, PROMPT, None, max_new_tokens=12)[0]
 
 
-def test_a_timed_greedy_run_writes_plain_greedys_text(model, greedy):
-    out, st, speedup = SB.run_vs_plain(model, PROMPT, PromptLookupDrafter(), 4, 12, plain_tokens=3)
-    assert out == greedy and st.new_tokens == 12 and st.drafted > 0
-    assert 0 < speedup < math.inf
+def test_paired_rounds_time_runs_of_one_length_and_write_plain_greedys_text(model, greedy, monkeypatch):
+    calls = []
+    real = SB.speculative_generate
 
+    def spy(m, ids, drafter, k=4, max_new_tokens=32, **kw):
+        out, st = real(m, ids, drafter, k=k, max_new_tokens=max_new_tokens, **kw)
+        calls.append((drafter is None, max_new_tokens, out))
+        return out, st
 
-def test_a_sampled_run_has_no_speedup_and_follows_its_seed(model):
-    a = SB.run_vs_plain(model, PROMPT, PromptLookupDrafter(), 4, 8, temperature=1.0, seed=5)
-    b = SB.run_vs_plain(model, PROMPT, PromptLookupDrafter(), 4, 8, temperature=1.0, seed=5)
-    assert a[0] == b[0] and math.isnan(a[2])
+    monkeypatch.setattr(SB, "speculative_generate", spy)
+    ratios, st = SB.paired_rounds(model, PROMPT, PromptLookupDrafter(), 4, 12, rounds=3)
+    assert len(ratios) == 3 and all(0 < r < math.inf for r in ratios)
+    assert [plain for plain, _, _ in calls] == [True, False, False, True, True, False]  # order alternates
+    assert {n for _, n, _ in calls} == {12} and all(out == greedy for _, _, out in calls)
+    assert st.new_tokens == 12 and st.drafted > 0 and st.tokens_per_pass > 1
 
 
 def test_same_as_greedy_is_exact_in_float32_and_forgives_only_near_ties(model, greedy):
@@ -51,12 +57,12 @@ def test_same_as_greedy_is_exact_in_float32_and_forgives_only_near_ties(model, g
 
 def test_runs_table_rows():
     st = SpecStats(new_tokens=12, target_passes=6, drafted=16, accepted=6, rejections=5)
-    runs = [dict(task="copy", k=4, temp=0.0, st=st, speedup=1.5, same=True),
-            dict(task="open", k=4, temp=1.2, st=st, speedup=float("nan"), same=None)]
+    runs = [dict(task="copy", k=4, temp=0.0, st=st, same=True),
+            dict(task="open", k=4, temp=1.2, st=st, same=None)]
     lines = SB.runs_table(runs).splitlines()
     assert lines[0].split()[:3] == ["task", "k", "temp"] and lines[0].endswith("identical to greedy")
-    assert lines[1].split() == ["copy", "4", "0.0", "12", "0.38", "0.55", "2.00", "1.50x", "True"]
-    assert lines[2].split() == ["open", "4", "1.2", "12", "0.38", "0.55", "2.00", "-"]
+    assert lines[1].split() == ["copy", "4", "0.0", "12", "6", "0.38", "0.55", "2.00", "True"]
+    assert lines[2].split() == ["open", "4", "1.2", "12", "6", "0.38", "0.55", "2.00"]
 
 
 def test_early_exit_agreement_is_what_the_drafter_predicts(model, greedy):

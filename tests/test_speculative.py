@@ -11,6 +11,7 @@ from labkit.llm.speculative import (
     TASKS,
     EarlyExitDrafter,
     PromptLookupDrafter,
+    accept_greedy,
     accept_sampled,
     expected_speedup,
     expected_tokens_per_pass,
@@ -221,3 +222,12 @@ def test_roofline_speedup_is_the_model_with_the_roofline_verify_cost():
     assert big == pytest.approx(expected_tokens_per_pass(alpha, k) / (k + 1)) and big < 1
     drafting = roofline_speedup(alpha, k, 1, params, 2 * params, peak, bw, c=0.1)
     assert drafting == pytest.approx(expected_speedup(alpha, k, 0.1))
+
+
+def test_greedy_acceptance_keeps_drafts_up_to_the_first_disagreement():
+    # the tutorial's example: three drafts match the target's picks, the fourth does not
+    drafts, picks = ["The", "quick", "brown", "fox"], ["The", "quick", "brown", "dog", "over"]
+    assert accept_greedy(drafts, picks) == (3, "dog")
+    assert accept_greedy([5, 6], [5, 6, 7]) == (2, 7)  # all kept: the bonus token follows
+    assert accept_greedy([5, 6], [4, 6, 7]) == (0, 4)  # the first refused: the target's own token only
+    assert accept_greedy([], [9]) == (0, 9)  # no drafts: plain decoding

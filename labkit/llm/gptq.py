@@ -19,8 +19,7 @@ mixing sliding-window and full attention get each layer's own mask. ``H`` has ra
 of calibration tokens, so a layer is fully determined only when the calibration has at least as many
 tokens as its widest input (:func:`hessian_rank`). Results are cached as
 safetensors under :func:`labkit.settings.cache_dir` keyed by model, settings and calibration tokens.
-:func:`autogptq_quantize` (:mod:`labkit.llm.autogptq`) is the tutorial's AutoGPTQ example, for CUDA
-machines.
+The tutorial's AutoGPTQ example, for CUDA machines: :mod:`labkit.llm.autogptq`.
 """
 
 from __future__ import annotations
@@ -32,13 +31,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .autogptq import autogptq_quantize  # noqa: F401  (re-exported: the chapter calls it from here)
 from .quantize import (
     dequantize_weight,
     expand_scales,
     group_scales,
     pack_int4,
     quantizable_linears,
+    quantize_weight,
     round_to_grid,
 )
 
@@ -129,6 +128,19 @@ def gptq_quantize_weight(w: torch.Tensor, h: torch.Tensor, bits: int = 4, group_
 
 
 @torch.no_grad()
+def hessian_error(e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Per output row, ``e_r H e_rᵀ`` for a weight difference ``e`` ``(out, in)`` and the Hessian ``h``
+    of the layer's calibration inputs (``2/n Σ x xᵀ``): twice the mean squared output error
+    ``||e x||²`` over those inputs, the objective GPTQ minimizes, without running them again."""
+    return ((e.float() @ h.float()) * e.float()).sum(1)
+
+
+def hessian_of(x: torch.Tensor) -> torch.Tensor:
+    """GPTQ's Hessian ``2/n Σ x xᵀ`` of a layer's inputs ``x`` ``(n tokens, in)``, float32."""
+    return 2 * x.float().t() @ x.float() / x.shape[0]
+
+
+@torch.no_grad()
 def layer_error(w: torch.Tensor, wq: torch.Tensor, x: torch.Tensor) -> float:
     """Relative reconstruction error ``||W X - Q X|| / ||W X||`` (Frobenius) of a layer on inputs
     ``x`` ``(tokens, in)``."""
@@ -202,7 +214,7 @@ def _cache_file(model: nn.Module, ids: torch.Tensor, settings: dict) -> Path:
     from ..settings import cache_dir
 
     name = str(getattr(model.config, "_name_or_path", "model"))
-    key = hashlib.sha256(repr((name, sorted(settings.items()), "gptq-v3")).encode()
+    key = hashlib.sha256(repr((name, sorted(settings.items()), "gptq-v4")).encode()
                          + ids.cpu().numpy().tobytes()).hexdigest()[:16]
     return cache_dir() / "gptq" / f"{Path(name).name}-{key}.safetensors"
 
@@ -219,10 +231,11 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
     matrix (GPTQ treats rows independently, so this changes nothing but speed). ``model``'s linear
     weights are set to their dequantized values in place (pass a copy to keep the original); returns
     ``{layer name: (qweight, scales)}`` for :func:`labkit.llm.quantize.quantize_model`. ``report``,
-    when given, receives ``{layer name: {"damp": damping used, "inputs": its input width}}`` (and
-    ``"rank"``, :func:`hessian_rank`, for the decoder layers numbered in ``rank_layers``: an
-    eigendecomposition costs about 0.6 s for 1536 inputs on 2 cores) and ``"tokens"`` (calibration
-    tokens per Hessian). Cached on disk (with the report) when ``cache``."""
+    when given, receives per layer ``"damp"`` (damping used), ``"inputs"`` (input width) and
+    ``"calib_err_gptq"``, ``"calib_err_rtn"`` (``||(W - Q) X|| / ||W X||`` on its own calibration
+    inputs, GPTQ vs RTN on the same grid: :func:`hessian_error`), ``"rank"`` (:func:`hessian_rank`)
+    for the decoder layers in ``rank_layers`` (about 0.6 s for 1536 inputs on 2 cores), and
+    ``"tokens"`` (calibration tokens per Hessian). Cached on disk (with the report) when ``cache``."""
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
@@ -264,11 +277,17 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
             w = torch.cat([m.weight for m in grp])
             qw, sc, deq = gptq_quantize_weight(w, h, bits, group_size, damp, act_order=act_order, info=info)
             row, rank = 0, (hessian_rank(h) if i in rank_layers else None)
+            rtn = dequantize_weight(*quantize_weight(w, bits, group_size), bits, w.shape[1], group_size)
+            errs = {k: hessian_error(w.float() - q, h) for k, q in (("gptq", deq), ("rtn", rtn))}
+            scale = hessian_error(w.float(), h)
             for m in grp:
                 r = m.out_features
                 out[names[id(m)]] = (qw[row:row + r].contiguous(), sc[row:row + r].contiguous())
                 m.weight.copy_(deq[row:row + r].to(m.weight.dtype))
+                ref = float(scale[row:row + r].sum())
                 rep[names[id(m)]] = {"damp": info["damp"], "inputs": m.in_features,
+                                     **{f"calib_err_{k}": (float(e[row:row + r].sum()) / ref) ** 0.5
+                                        for k, e in errs.items()},
                                      **({} if rank is None else {"rank": rank})}
                 row += r
         del hess

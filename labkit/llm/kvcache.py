@@ -4,7 +4,8 @@ Every layer keeps one key and one value vector per KV head for every token seen 
 cache holds ``2 x layers x KV heads x head dim x tokens x batch`` numbers. :func:`kv_cache_bytes`
 is that formula; :func:`kv_cache_bytes_for_config` applies it to a model config (DeepSeek's
 multi-head latent attention caches one compressed latent instead); :func:`cache_tensor_bytes`
-measures what a real cache object holds, to check the formula against.
+measures what a real cache object holds, to check the formula against. :func:`kv_bits_per_element`
+is what a quantized cache costs per number, its scales counted (chapter 06).
 """
 
 from __future__ import annotations
@@ -52,3 +53,11 @@ def cache_tensor_bytes(cache: Any) -> int:
         pair = (layer.keys, layer.values) if hasattr(layer, "keys") else layer
         total += sum(t.numel() * t.element_size() for t in pair if t is not None)
     return total
+
+
+def kv_bits_per_element(bits: int, dim: int, kivi: bool = False, group: int = 32) -> float:
+    """Bits a quantized KV cache spends per key or value number, scales included (chapter 06): per
+    token and head (:func:`labkit.llm.runtime_quant.quantize_kv`), one float16 scale per ``dim`` (head
+    dim) codes; KIVI-style (:func:`labkit.llm.runtime_quant.fake_quant_kivi`), a float16 minimum and
+    scale per ``group`` codes."""
+    return bits + (32 / group if kivi else 16 / dim)

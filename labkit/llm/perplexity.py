@@ -2,23 +2,31 @@
 text, the divergence of its next-token distributions from a reference model's, and whether it
 continues prompts with the same greedy tokens.
 
-Perplexity is exp(mean negative log-likelihood per predicted token), scored in non-overlapping
-windows of ``window`` tokens (each window starts without context, so it is a little higher than a
-sliding-window score). Texts ship in ``data/texts`` (see its README).
+Perplexity is exp(mean negative log-likelihood per predicted token). The chapter scores the whole
+held-out text with a strided sliding window (:func:`sliding_windows`, :func:`sliding_logits`): windows
+of ``window`` tokens start every ``stride`` tokens, and each token is scored once, in the window that
+gives it the most context, so every prediction past the first window sees at least
+``window - stride`` tokens before it. Its interval is a cluster bootstrap over the text's paragraphs
+(:func:`paragraph_groups`, :func:`ppl_interval`, :func:`ppl_ratio_interval`: two models compared on
+the same tokens, paired). :func:`token_windows` cuts non-overlapping windows (each starts without
+context, so it scores a little higher), used by the risk ladder and the benchmarks. Texts ship in
+``data/texts`` (see its README).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..models import chat_ids
 from ..paths import data
+from ..stats import paired_bootstrap
 
 
 def load_text(name: str = "heldout") -> str:
-    """``data/texts/<name>.txt`` (``heldout`` or ``calibration``)."""
+    """``data/texts/<name>.txt``: ``heldout``, ``calibration`` or ``calibration_more`` (see its README)."""
     return data("texts", f"{name}.txt").read_text()
 
 
@@ -60,19 +68,132 @@ def window_perplexities(logits: torch.Tensor, ids: torch.Tensor) -> list[float]:
     return [math.exp(float(v)) for v in nll]
 
 
+@dataclass(frozen=True)
+class Sliding:
+    """A text cut for strided sliding-window scoring (:func:`sliding_windows`): ``ids`` all its token ids
+    ``(N,)``; ``windows`` ``(n, window)``; ``starts[i]`` where window i begins in ``ids``; ``first[i]``
+    the first position of window i whose prediction is scored (predictions are scored once each, in
+    text order, so positions ``first[i]..window-2`` of window i predict ``ids[starts[i]+first[i]+1 ...]``)."""
+
+    ids: torch.Tensor
+    windows: torch.Tensor
+    starts: tuple[int, ...]
+    first: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(windows, window length)``, as for a tensor of windows."""
+        return (self.windows.shape[0], self.windows.shape[1])
+
+    def numel(self) -> int:
+        """Tokens scored: every token of the text but the first."""
+        return int(self.ids.numel()) - 1
+
+
+def sliding_windows(ids: torch.Tensor, window: int = 1024, stride: int = 512) -> Sliding:
+    """Windows of ``window`` tokens of ``ids`` (1-D) starting every ``stride`` tokens, the last one moved
+    back to end with the text (so all have one length and batch together); each predicted token is
+    scored in the first window that reaches it after the previous window's scored part, so a
+    prediction beyond the first window has at least ``window - stride`` tokens of context. A text no
+    longer than ``window`` is one window. ``ValueError`` unless ``0 < stride <= window``."""
+    ids = ids.flatten()
+    n = int(ids.numel())
+    if not 0 < stride <= window:
+        raise ValueError(f"need 0 < stride <= window, got stride {stride}, window {window}")
+    if n < 2:
+        raise ValueError(f"text has {n} tokens: nothing to predict")
+    w = min(window, n)
+    starts, first, done = [0], [0], w  # done: ids[1:done] are predicted by the windows so far
+    while done < n:
+        s = min(starts[-1] + stride, n - w)
+        starts.append(s)
+        first.append(done - 1 - s)  # position predicting ids[done]
+        done = s + w
+    return Sliding(ids, torch.stack([ids[s:s + w] for s in starts]), tuple(starts), tuple(first))
+
+
+@torch.inference_mode()
+def sliding_logits(model, sw: Sliding, batch_tokens: int | None = None) -> torch.Tensor:
+    """Float32 logits ``(N - 1, vocab)`` predicting ``sw.ids[1:]``, each from the window of ``sw`` that
+    scores it (:func:`window_logits` on the windows, ``batch_tokens`` per pass)."""
+    logits = window_logits(model, sw.windows, batch_tokens)
+    return torch.cat([logits[i, f:-1] for i, f in enumerate(sw.first)])
+
+
+def token_nll(logits: torch.Tensor, ids: torch.Tensor, log_probs: bool = False) -> torch.Tensor:
+    """Negative log-likelihood (nats) of each predicted token, as a float64 1-D tensor: of ``ids[1:]``
+    under ``logits`` ``(N - 1, vocab)`` (:func:`sliding_logits`, ``ids`` 1-D), or of every window's
+    ``ids[:, 1:]`` under ``logits[:, :-1]`` (windows ``(n, window)``, :func:`window_logits`).
+    ``log_probs``: ``logits`` are log-probabilities already (``log_softmax`` applied)."""
+    if ids.dim() == 2:
+        logits, ids = logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
+    else:
+        ids = ids[1:]
+    ids = ids.to(logits.device)
+    if log_probs:
+        return -logits.gather(1, ids[:, None])[:, 0].double()
+    return torch.nn.functional.cross_entropy(logits, ids, reduction="none").double()
+
+
+def paragraph_groups(tok, text: str) -> list[int]:
+    """For each token of ``text`` (as ``tok`` encodes it), the index of the paragraph (blocks separated
+    by a blank line) it starts in: the clusters :func:`ppl_interval` resamples. Needs a fast tokenizer
+    (character offsets)."""
+    offsets = tok(text, return_offsets_mapping=True)["offset_mapping"]
+    breaks, at = [], text.find("\n\n")
+    while at >= 0:
+        breaks.append(at)
+        at = text.find("\n\n", at + 2)
+    return [sum(b < start for b in breaks) for start, _ in offsets]
+
+
+def ppl_interval(nll: torch.Tensor, groups: list[int], confidence: float = 0.95) -> dict[str, float]:
+    """Pooled perplexity ``exp(mean nll)`` of per-token ``nll`` with a percentile bootstrap interval that
+    resamples whole ``groups`` (the paragraph of each scored token: tokens of one passage are not
+    independent; :func:`paragraph_groups` of the whole text may be passed: the first token, never
+    predicted, is then dropped). Returns ``ppl``, ``lo``, ``hi``, ``n`` (groups)."""
+    x = nll.double().cpu().numpy()
+    b = paired_bootstrap([0.0] * len(x), x, _scored(groups, len(x)), "diff", confidence)
+    return {"ppl": math.exp(b["value"]), "lo": math.exp(b["lo"]), "hi": math.exp(b["hi"]), "n": b["n"]}
+
+
+def ppl_ratio_interval(nll_ref: torch.Tensor, nll: torch.Tensor, groups: list[int],
+                       confidence: float = 0.95) -> dict[str, float]:
+    """Perplexity of ``nll`` over that of ``nll_ref`` (per-token NLL of two models on the same tokens):
+    ``exp(mean nll - mean nll_ref)``, with a paired bootstrap interval that resamples whole ``groups``
+    (:func:`labkit.stats.paired_bootstrap`, differences of mean NLL, exponentiated). Returns ``ratio``,
+    ``lo``, ``hi``, ``n`` (groups)."""
+    a, b_ = nll_ref.double().cpu().numpy(), nll.double().cpu().numpy()
+    b = paired_bootstrap(a, b_, _scored(groups, len(a)), "diff", confidence)
+    return {"ratio": math.exp(b["value"]), "lo": math.exp(b["lo"]), "hi": math.exp(b["hi"]), "n": b["n"]}
+
+
+def _scored(groups: list[int], n: int) -> list[int]:
+    return list(groups[1:]) if len(groups) == n + 1 else list(groups)
+
+
 def perplexity(model, ids: torch.Tensor) -> dict:
     """Perplexity of ``model`` on windows ``ids`` ``(n, window)`` (see :func:`token_windows`)."""
     return perplexity_from_logits(window_logits(model, ids), ids)
 
 
-def divergence(ref_logits: torch.Tensor, logits: torch.Tensor) -> dict:
+def divergence(ref_logits: torch.Tensor, logits: torch.Tensor, ref_logp: torch.Tensor | None = None) -> dict:
     """How far ``logits`` are from ``ref_logits`` (same shape): ``{"kl"`` mean KL(ref || other) in
     nats per position, ``"top1"`` fraction of positions with the same argmax, ``"kl_per_pos"``
-    KL averaged over windows, by position}``."""
-    p = torch.log_softmax(ref_logits.float(), -1)
-    q = torch.log_softmax(logits.float(), -1)
-    kl = (p.exp() * (p - q)).sum(-1)
-    return {"kl": float(kl.mean()), "top1": float((p.argmax(-1) == q.argmax(-1)).float().mean()),
+    KL averaged over windows, by position}``. ``ref_logp``: ``log_softmax(ref_logits)`` if already
+    computed (a baseline compared with several models)."""
+    return divergence_logp(torch.log_softmax(ref_logits.float(), -1) if ref_logp is None else ref_logp,
+                           torch.log_softmax(logits.float(), -1))
+
+
+def divergence_logp(p: torch.Tensor, q: torch.Tensor, ref: dict[str, torch.Tensor] | None = None) -> dict:
+    """:func:`divergence` from log-probabilities ``p`` (reference) and ``q``. ``ref``: ``{"p": p.exp(),
+    "p_logp": Σ p·log p, "top": p.argmax(-1)}`` when already computed (KL = Σ p log p − Σ p log q)."""
+    if ref is None:
+        probs = p.exp()
+        ref = {"p": probs, "p_logp": torch.linalg.vecdot(probs, p), "top": p.argmax(-1)}
+    kl = ref["p_logp"] - torch.linalg.vecdot(ref["p"], q)
+    return {"kl": float(kl.mean()), "top1": float((ref["top"] == q.argmax(-1)).float().mean()),
             "kl_per_pos": kl.mean(0)}
 
 

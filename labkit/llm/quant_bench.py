@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
-from collections.abc import Callable, Iterator
+import functools
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..hardware.microbench import time_fn
 from . import perplexity as P
 from . import quantize as Q
+from . import runtime_quant as RQ
 from .decode import greedy_decode
 
 
@@ -85,119 +84,81 @@ def decode_tokens_per_s(model: nn.Module, prompt_ids: torch.Tensor, tokens: int 
     return greedy_decode(model, prompt_ids, tokens, device=str(prompt_ids.device)).tokens_per_s
 
 
-EVAL_BATCH_TOKENS = 2048  # held-out windows scored together, up to this many tokens per forward pass
+EVAL_BATCH_TOKENS = 4096  # held-out windows scored together, up to this many tokens per forward pass
 
 
-def eval_logits(model: nn.Module, ev: torch.Tensor) -> torch.Tensor:
-    """Logits of ``model`` on held-out windows ``ev``, as :func:`measure_format` scores every format
-    (:func:`~labkit.llm.perplexity.window_logits`, :data:`EVAL_BATCH_TOKENS` per pass): the
-    baseline's logits must come from here too, so that both round alike."""
+def eval_logits(model: nn.Module, ev: torch.Tensor | P.Sliding) -> torch.Tensor:
+    """Logits of ``model`` on the held-out text ``ev``, as :func:`measure_format` scores every format:
+    a :class:`~labkit.llm.perplexity.Sliding` cut (:func:`~labkit.llm.perplexity.sliding_logits`,
+    ``(N - 1, vocab)``) or windows ``(n, window)`` (:func:`~labkit.llm.perplexity.window_logits`),
+    :data:`EVAL_BATCH_TOKENS` per pass. The baseline's logits must come from here too, so that both
+    round alike."""
+    if isinstance(ev, P.Sliding):
+        return P.sliding_logits(model, ev, EVAL_BATCH_TOKENS)
     return P.window_logits(model, ev, EVAL_BATCH_TOKENS)
 
 
 @dataclass
 class Baseline:
-    """What every format is compared with: the unquantized ``model``, held-out windows ``ev``, its
-    logits on them (:func:`eval_logits`), reference greedy continuations (``n_new`` generated tokens
-    each) and the prompt ids (1 x P) decode speed is timed on."""
+    """What every format is compared with: the unquantized ``model``, the held-out text ``ev`` (a
+    :class:`~labkit.llm.perplexity.Sliding` cut, or windows), its logits on it (:func:`eval_logits`),
+    reference greedy continuations (``n_new`` generated tokens each) and the prompt ids (1 x P)
+    decode speed is timed on."""
 
     model: nn.Module
-    ev: torch.Tensor
+    ev: torch.Tensor | P.Sliding
     logits: torch.Tensor
     reference: list[torch.Tensor]
     n_new: int
     decode_ids: torch.Tensor
 
+    @functools.cached_property
+    def logp(self) -> torch.Tensor:
+        """``log_softmax`` of the baseline's logits, computed once for every format compared with it."""
+        return torch.log_softmax(self.logits.float(), -1)
+
+    @functools.cached_property
+    def ref_stats(self) -> dict[str, torch.Tensor]:
+        """What every comparison reuses: ``p`` (the baseline's probabilities), ``p_logp`` (Σ p log p
+        per position) and ``top`` (its argmax), for :func:`~labkit.llm.perplexity.divergence_logp`."""
+        p = self.logp.exp()
+        return {"p": p, "p_logp": torch.linalg.vecdot(p, self.logp), "top": self.logp.argmax(-1)}
+
 
 def measure_format(model: nn.Module, base: Baseline, nbytes: int, tok_s: float | None = None,
                    keep_logits: bool = False) -> dict[str, Any]:
-    """Score ``model`` (a quantized copy, or ``base.model`` itself) against ``base``: ``ppl``,
-    ``nll``, ``tokens``, ``ppl_windows`` (each window's own), ``kl``, ``top1``, ``kl_per_pos``
-    (:func:`~labkit.llm.perplexity.divergence`), ``agree`` (greedy prefix kept), ``tok_s`` (``tok_s``
-    if given, else measured), ``linear_bytes`` (``nbytes``) and ``logits`` (the first window's first
-    128 positions if ``keep_logits``, else None)."""
-    logits = base.logits if model is base.model else eval_logits(model, base.ev)
-    r = dict(P.perplexity_from_logits(logits, base.ev), **P.divergence(base.logits, logits))
-    r["ppl_windows"] = P.window_perplexities(logits, base.ev)
+    """Score ``model`` (a quantized copy, or ``base.model`` itself) against ``base``: ``ppl`` (pooled
+    over every scored token), ``nll`` (nats per token), ``tokens``, ``nll_tokens`` (each scored
+    token's NLL, for :func:`~labkit.llm.perplexity.ppl_interval` and paired comparisons), ``kl``,
+    ``top1``, ``kl_per_pos`` (:func:`~labkit.llm.perplexity.divergence`), ``agree`` (greedy prefix
+    kept), ``tok_s`` (``tok_s`` if given, else measured), ``linear_bytes`` (``nbytes``) and ``logits``
+    (the first 128 positions of the first window, ``(1, 128, vocab)``, if ``keep_logits``, else None)."""
+    same = model is base.model
+    logits = base.logits if same else eval_logits(model, base.ev)
+    logq = base.logp if same else torch.log_softmax(logits.float(), -1)
+    ids = base.ev.ids if isinstance(base.ev, P.Sliding) else base.ev
+    nll = P.token_nll(logq, ids, log_probs=True)
+    div = ({"kl": 0.0, "top1": 1.0, "kl_per_pos": torch.zeros(logq.shape[1:-1])} if same
+           else P.divergence_logp(base.logp, logq, base.ref_stats))
+    r = {"ppl": math.exp(float(nll.mean())), "nll": float(nll.mean()), "tokens": int(nll.numel()),
+         "nll_tokens": nll, **div}
     r["agree"] = P.greedy_agreement(model, base.reference, base.n_new)["prefix"]
     r["tok_s"] = tok_s or decode_tokens_per_s(model, base.decode_ids)
     r["linear_bytes"] = nbytes
-    r["logits"] = logits[:1, :128] if keep_logits else None
+    first = logits[None, :128] if isinstance(base.ev, P.Sliding) else logits[:1, :128]
+    r["logits"] = first if keep_logits else None
     return r
 
 
 def result_line(name: str, r: dict[str, Any]) -> str:
     """One printed row of :func:`measure_format`'s result."""
-    return (f"{name:12s} linear weights {r['linear_bytes'] / 1e6:7.1f} MB  perplexity {r['ppl']:6.2f}  "
+    return (f"{name:13s} linear weights {r['linear_bytes'] / 1e6:7.1f} MB  perplexity {r['ppl']:6.2f}  "
             f"KL {r['kl']:.4f}  same next token {r['top1']:.1%}  greedy prefix kept {r['agree']:.0%}  "
             f"decode {r['tok_s']:5.1f} tok/s")
 
 
-def torchao_int8(model: nn.Module) -> tuple[nn.Module, int]:
-    """A copy of ``model`` in torchao's INT8 weight-only format on the layers labkit quantizes, and
-    the bytes of its quantized weights (the tensors inside torchao's tensor subclass)."""
-    logging.getLogger("torchao").setLevel(logging.ERROR)
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
-
-    names = {n for n, _ in Q.quantizable_linears(model)}
-    m = copy.deepcopy(model)
-    quantize_(m, Int8WeightOnlyConfig(), filter_fn=lambda mod, fqn: fqn in names)
-    nbytes = 0
-    for n in names:
-        w = m.get_submodule(n).weight
-        nbytes += sum(getattr(w, k).numel() * getattr(w, k).element_size() for k in w.__tensor_flatten__()[0])
-    return m, nbytes
-
-
-def has_fused_cpu_kernels() -> bool:  # the fused weight-only INT8/INT4 CPU matmuls (torch.ops.aten)
-    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
-
-
-def fused_int4_operands(weight: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """``(packed codes, group size, scales and zeros)`` for ``aten._weight_int4pack_mm_for_cpu``:
-    round-to-nearest INT4 codes of ``weight`` ``(out, in)`` shifted to 0..15, packed by
-    ``_convert_weight_to_int4pack_for_cpu``; float32 ``(groups, out, 2)`` scale/zero pairs (zero 0).
-    The kernel needs whole groups, so a width ``group`` does not divide uses groups of 64."""
-    g = group if weight.shape[1] % group == 0 else 64
-    scales = Q.group_scales(weight, 4, g)
-    codes = Q.round_to_grid(weight, Q.expand_scales(scales, weight.shape[1], g), 4).to(torch.int32) + 8
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
-    s = scales.float().t()
-    return packed, g, torch.stack([s, torch.zeros_like(s)], -1).contiguous()
-
-
-def kernel_calls(lin: nn.Linear, x: torch.Tensor, group: int = 128, device: str = "cpu"
-                 ) -> dict[str, Callable[[], torch.Tensor]]:
-    """Label -> a call multiplying ``x`` (1 x in) by ``lin``'s weight: the float matmul, labkit's
-    INT8 and INT4 :class:`~labkit.llm.quantize.QuantLinear` and, on a CPU whose torch has them,
-    PyTorch's fused INT8/INT4 weight-only kernels (fed ``x`` and the scales in ``x``'s dtype: in float32
-    these kernels take a slow path on some CPUs, in bfloat16 a fast one where the CPU has it)."""
-    q8, q4 = Q.QuantLinear.from_linear(lin, 8), Q.QuantLinear.from_linear(lin, 4, group)
-    calls = {"float matmul": lambda: F.linear(x, lin.weight),
-             "labkit INT8 (dequantize + matmul)": lambda: q8(x),
-             "labkit INT4 (unpack + dequantize + matmul)": lambda: q4(x)}
-    if device == "cpu" and has_fused_cpu_kernels():
-        s8 = q8.scales.to(x.dtype).flatten()
-        calls["torch fused INT8 kernel"] = lambda: torch.ops.aten._weight_int8pack_mm(x, q8.qweight, s8)
-        w4, g4, sz = fused_int4_operands(lin.weight.detach().float(), group)
-        sz = sz.to(x.dtype)
-        calls["torch fused INT4 kernel"] = lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, w4, g4, sz)
-    return calls
-
-
-def kernel_times(lin: nn.Linear, group: int = 128, device: str = "cpu", repeats: int = 15
-                 ) -> dict[str, float]:
-    """Median microseconds of one batch-1 call of each of :func:`kernel_calls` on a random input in
-    the weight's dtype (2 untimed calls first, ``repeats`` timed)."""
-    x = torch.randn(1, lin.in_features, dtype=lin.weight.dtype, device=device)
-    calls = kernel_calls(lin, x, group, device)
-    with torch.inference_mode():
-        return {k: float(np.median(time_fn(f, device, warmup=2, repeats=repeats))) * 1e6
-                for k, f in calls.items()}
-
-
 RISK_STEPS = ("weights", "activations", "KV cache", "attention probs")
-KIVI = "KV cache, keys per channel"  # KIVI's layout (Liu et al., 2024), beside the per-token KV rung
+KIVI = "KV cache, KIVI-style"  # asymmetric, keys per channel (Liu et al., 2024), beside the per-token KV rung
 
 
 def risk_ladder(model: nn.Module, ids: torch.Tensor, ref_logits: torch.Tensor,
@@ -205,18 +166,18 @@ def risk_ladder(model: nn.Module, ids: torch.Tensor, ref_logits: torch.Tensor,
     """(step, bits) -> :func:`~labkit.llm.perplexity.divergence` from ``ref_logits`` of ``model`` on
     windows ``ids`` with activations (per token, at every linear input), the KV cache (per token and
     head) or the attention probabilities (per query row) fake-quantized to ``bits``, one at a time;
-    ``(KIVI, bits)``: the KV cache with values per token and keys per channel (groups of 32 tokens,
-    :func:`~labkit.llm.quantize.fake_quant_kv_per_channel`), on the same windows. The weights' rung
-    comes from the quantized models themselves (see :func:`measure_format`)."""
+    ``(KIVI, bits)``: the KV cache rounded KIVI-style (asymmetric, keys per channel over 32 tokens,
+    values per token, :func:`~labkit.llm.runtime_quant.fake_quant_kivi`), on the same windows. The
+    weights' rung comes from the quantized models themselves (see :func:`measure_format`)."""
     out = {}
     for b in bits:
-        with Q.activation_quant(model, b):
+        with RQ.activation_quant(model, b):
             out[("activations", b)] = P.divergence(ref_logits, P.window_logits(model, ids))
-        with Q.attention_quant(model, kv_bits=b):
+        with RQ.attention_quant(model, kv_bits=b):
             out[("KV cache", b)] = P.divergence(ref_logits, P.window_logits(model, ids))
-        with Q.attention_quant(model, kv_bits=b, keys_per_channel=True):
+        with RQ.attention_quant(model, kv_bits=b, kivi=True):
             out[(KIVI, b)] = P.divergence(ref_logits, P.window_logits(model, ids))
-        with Q.attention_quant(model, probs_bits=b):
+        with RQ.attention_quant(model, probs_bits=b):
             out[("attention probs", b)] = P.divergence(ref_logits, P.window_logits(model, ids))
     return out
 
@@ -224,7 +185,7 @@ def risk_ladder(model: nn.Module, ids: torch.Tensor, ref_logits: torch.Tensor,
 KV_VARIANTS: dict[str, dict[str, Any]] = {  # label -> attention_quant settings for the continuation's pass
     "INT8, prefix and continuation": {"kv_bits": 8},
     "INT4 per token": {"kv_bits": 4},
-    "INT4 KIVI (keys per channel)": {"kv_bits": 4, "keys_per_channel": True},
+    "INT4 KIVI-style": {"kv_bits": 4, "kivi": True},
 }
 
 
@@ -232,23 +193,56 @@ KV_VARIANTS: dict[str, dict[str, Any]] = {  # label -> attention_quant settings 
 def kv_cache_long_context(model: nn.Module, ctx: torch.Tensor, cont: torch.Tensor) -> dict[str, Any]:
     """A quantized KV cache at long context (chapter 06): ``ctx`` (1 x P) is prefilled and the next
     tokens ``cont`` (1 x C) are scored through its cache in one pass, every variant with the same
-    eager attention (:func:`~labkit.llm.quantize.attention_quant`), against the unrounded cache.
+    eager attention (:func:`~labkit.llm.runtime_quant.attention_quant`), against the unrounded cache.
     Returns label -> :func:`~labkit.llm.perplexity.divergence`: ``"INT8, prefix only"`` (the prefilled
     cache rounded once through INT8, the continuation's own keys and values kept exact) and each of
     :data:`KV_VARIANTS` (every key and value attention reads, prefix and continuation, rounded: what
-    a quantized cache holds while it generates; per token and head, keys per channel for KIVI); and
-    ``"bytes"``: :func:`~labkit.llm.quantize.quantize_cache_`'s byte counts at INT8."""
+    a quantized cache holds while it generates; per token and head, or KIVI-style); and
+    ``"bytes"``: :func:`~labkit.llm.runtime_quant.quantize_cache_`'s byte counts at INT8."""
     cache = model(ctx, use_cache=True).cache
 
     def score(c, **kw) -> torch.Tensor:
-        with Q.attention_quant(model, **kw):
+        with RQ.attention_quant(model, **kw):
             return model(cont, cache=copy.deepcopy(c)).logits.float().cpu()
 
     ref, rounded = score(cache), copy.deepcopy(cache)
-    out: dict[str, Any] = {"bytes": Q.quantize_cache_(rounded, bits=8)}
+    out: dict[str, Any] = {"bytes": RQ.quantize_cache_(rounded, bits=8)}
     out["INT8, prefix only"] = P.divergence(ref, score(rounded))
     for label, kw in KV_VARIANTS.items():
         out[label] = P.divergence(ref, score(cache, **kw))
+    return out
+
+
+def per_tensor_round(w: torch.Tensor, fmt: str) -> torch.Tensor:
+    """``w`` rounded through one 8-bit format with a single scale for the whole tensor, set by its
+    largest |w|: ``"int8"`` (a uniform grid of 255 codes) or a torch float8 dtype name
+    (``"float8_e4m3fn"``, ``"float8_e5m2"``: exponent bits keep small values' relative precision).
+    Returned in float32."""
+    w = w.detach().float()
+    if fmt == "int8":
+        s = w.abs().max() / 127
+        return torch.round(w / s).clamp(-127, 127) * s
+    dt = getattr(torch, fmt)
+    s = w.abs().max() / torch.finfo(dt).max
+    return (w / s).to(dt).float() * s
+
+
+def range_errors(w: torch.Tensor, fmts: tuple[str, ...] = ("int8", "float8_e4m3fn", "float8_e5m2"),
+                 top: float = 0.001) -> dict[str, dict[str, float]]:
+    """For each format of :func:`per_tensor_round`: mean relative error ``|q - w| / |w|`` of the small
+    weights (|w| at or below the median) and of the outliers (the largest ``top`` share by |w|), and
+    the mean squared error over all weights (chapter 06, integer vs float formats)."""
+    w = w.detach().float().flatten()
+    a = w.abs()
+    med = a.median()
+    cut = a.kthvalue(max(1, int(a.numel() * (1 - top)))).values
+    small, big = (a <= med) & (a > 0), a > cut
+    out = {}
+    for f in fmts:
+        err = (per_tensor_round(w, f) - w).abs()
+        out[f] = {"small": float((err[small] / a[small]).mean()),
+                  "outliers": float((err[big] / a[big]).mean()),
+                  "mse": float(err.pow(2).mean())}
     return out
 
 
@@ -256,48 +250,3 @@ def bytes_per_param(total: float, embedding: float, linear_bits: float, embeddin
     """Whole-model bytes per parameter when every parameter but the ``embedding`` ones (embedding
     and head) takes ``linear_bits`` bits and those take ``embedding_bytes`` bytes each."""
     return ((total - embedding) * linear_bits / 8 + embedding * embedding_bytes) / total
-
-
-class FusedInt8Linear(nn.Module):
-    """A linear layer whose INT8 codes (one scale per output row) are multiplied by PyTorch's fused
-    weight-only CPU kernel ``aten._weight_int8pack_mm`` in the input's dtype: no float copy of the
-    weight is kept. The kernel serves one input row (a decode step, what chapter 06 times); several
-    rows (a prefill) are multiplied by a float copy made for that call, as weight-only engines do for
-    large batches: without AVX-512 the kernel handles rows one at a time, over a second each for the
-    135M model's 40-token prompt."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        q = Q.QuantLinear.from_linear(linear, 8)
-        self.register_buffer("qweight", q.qweight)
-        self.register_buffer("scales", q.scales.to(linear.weight.dtype).flatten())
-        self.register_buffer("bias", q.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1])
-        scales = self.scales.to(x.dtype)
-        if x2.shape[0] == 1:
-            y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, scales)
-        else:
-            y = nn.functional.linear(x2, self.qweight.to(x.dtype) * scales[:, None])
-        y = y.reshape(*x.shape[:-1], -1)
-        return y if self.bias is None else y + self.bias.to(x.dtype)
-
-    def nbytes(self) -> int:
-        """Bytes of the stored tensors (codes, scales, bias)."""
-        return sum(t.numel() * t.element_size() for t in self.buffers())
-
-
-def fused_int8_model(model: nn.Module) -> tuple[nn.Module, int]:
-    """A copy of ``model`` with :class:`FusedInt8Linear` in every layer labkit quantizes, and the
-    bytes of those layers. ``RuntimeError`` when this torch lacks the kernel."""
-    if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
-        raise RuntimeError("this torch has no aten._weight_int8pack_mm")
-    m = copy.deepcopy(model)
-    nbytes = 0
-    for name, lin in Q.quantizable_linears(m):
-        parent, _, child = name.rpartition(".")
-        fused = FusedInt8Linear(lin)
-        setattr(m.get_submodule(parent) if parent else m, child, fused)
-        nbytes += fused.nbytes()
-    return m, nbytes

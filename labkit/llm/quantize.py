@@ -5,25 +5,18 @@ Weights: symmetric INT8 with one scale per output channel, and INT4 with one sca
 ``uint8`` tensor, scales in float16. :class:`QuantLinear` keeps only those tensors and dequantizes
 the weight on every call before an ordinary matmul (no fused low-bit kernel: memory shrinks, speed
 need not improve). :func:`quantize_model` swaps a model's linear layers (never the embedding or a
-head tied to it) and reports weight bytes measured from the tensors.
-
-Beyond weights, for the tutorial's "what to quantize, by risk": an INT8 KV cache (per token and
-head, :func:`quantize_kv`, :func:`quantize_cache_`), INT8 activations at the inputs of linear
-layers (per token, :func:`activation_quant`) and 8-bit attention probabilities
-(:func:`attention_quant`), each a fake quantization that rounds values exactly as the stored format
-would, so their effect on the real model's output can be measured.
+head tied to it) and reports weight bytes measured from the tensors. :func:`rtn_asym_model_` is the
+stronger baseline: asymmetric INT4 (a zero point per group) with an MSE clip search.
+Beyond weights (the KV cache, activations, attention probabilities): :mod:`labkit.llm.runtime_quant`.
 """
 
 from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
 
 import torch
 from torch import nn
 
 SCALE_DTYPE = torch.float16
-_MIN_SCALE = 2.0**-24  # smallest float16 subnormal: keeps an all-zero group's scale nonzero
+MIN_SCALE = 2.0**-24  # smallest float16 subnormal: keeps an all-zero group's scale nonzero
 
 
 def qmax(bits: int) -> int:
@@ -39,7 +32,7 @@ def group_scales(w: torch.Tensor, bits: int, group_size: int | None) -> torch.Te
     g = group_size or k
     pad = (-k) % g
     wa = torch.nn.functional.pad(w.float().abs(), (0, pad)).view(n, -1, g)
-    return (wa.amax(-1) / qmax(bits)).clamp_min(_MIN_SCALE).to(SCALE_DTYPE)
+    return (wa.amax(-1) / qmax(bits)).clamp_min(MIN_SCALE).to(SCALE_DTYPE)
 
 
 def expand_scales(scales: torch.Tensor, in_features: int, group_size: int | None) -> torch.Tensor:
@@ -98,6 +91,89 @@ def dequantize_weight(qweight: torch.Tensor, scales: torch.Tensor, bits: int, in
     if full < s.shape[1]:
         w[:, full * g:].mul_(s[:, full:])
     return w
+
+
+CLIP_GRID = tuple(1 - i / 20 for i in range(10))  # 1.0, 0.95 ... 0.55: shares of each group's range tried
+
+
+def quantize_weight_asym(w: torch.Tensor, bits: int = 4, group_size: int = 128,
+                         clip: tuple[float, ...] = CLIP_GRID
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric round-to-nearest with an MSE clip search (the grid of GPTQ's and AWQ's reference
+    quantizers): each group of ``group_size`` input columns gets a float16 scale and an integer zero
+    point so that codes 0..2^bits-1 span ``[p·min, p·max]`` of the group (its range widened to hold
+    0, so 0 stays exact), for the shrink ``p`` of the grid ``clip`` (decreasing) that gives the least
+    squared error: every other grid point first, then each group's two neighbours of its best one
+    (the whole grid's answer wherever a group's error falls and rises once along the grid).
+    Returns ``(codes, scales (out, groups) float16, zeros (out, groups) uint8)``; INT4 codes are
+    packed as :func:`pack_int4` packs them (stored minus 8), INT8 codes as uint8."""
+    n, k = w.shape
+    pad, maxq = (-k) % group_size, 2**bits - 1
+    g = torch.nn.functional.pad(w.float(), (0, pad)).view(n, -1, group_size)
+    grid = torch.tensor(clip, dtype=torch.float32)
+    chunk = max(1, CHUNK // (g.shape[1] * group_size))  # rows searched together: they stay in cache
+    parts = [_clip_search(g[r:r + chunk], grid, maxq) for r in range(0, n, chunk)]
+    scales, zeros = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    q = torch.clamp(torch.round(g / scales.float()[..., None]) + zeros[..., None], 0, maxq).view(n, -1)[:, :k]
+    codes = pack_int4(q.to(torch.int8) - 8) if bits == 4 else q.to(torch.uint8)
+    return codes, scales, zeros.to(torch.uint8)
+
+
+CHUNK = 1 << 18  # weights one step of the clip search works on (1 MB in float32)
+
+
+def _clip_search(g: torch.Tensor, grid: torch.Tensor, maxq: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize_weight_asym`'s search on groups ``g`` ``(rows, groups, size)``: the float16
+    scales and the zero points of the least squared error."""
+    lo, hi = g.amin(-1).clamp(max=0), g.amax(-1).clamp(min=0)
+    best, at = torch.full(lo.shape, float("inf")), torch.zeros(lo.shape, dtype=torch.long)
+    scales, zeros = torch.empty(lo.shape, dtype=SCALE_DTYPE), torch.empty(lo.shape)
+
+    def trial(idx: torch.Tensor) -> None:  # each group tries grid[idx] of its own; keeps it if better
+        nonlocal best, at, scales, zeros
+        p = grid[idx]
+        s = ((hi - lo) * p / maxq).clamp_min(MIN_SCALE).to(SCALE_DTYPE)
+        z = torch.round(-lo * p / s.float()).clamp(0, maxq)
+        sf, zf = s.float()[..., None], z[..., None]
+        e = torch.div(g, sf).round_().add_(zf).clamp_(0, maxq).sub_(zf)  # code - zero, on the codes 0..maxq
+        err = torch.linalg.vector_norm(e.mul_(sf).sub_(g), dim=-1).square_()  # squared rounding error
+        better = err < best
+        best, at = torch.where(better, err, best), torch.where(better, idx, at)
+        scales, zeros = torch.where(better, s, scales), torch.where(better, z, zeros)
+
+    for i in range(0, len(grid), 2):  # every other grid point, then each group's neighbours of its best
+        trial(torch.full(lo.shape, i, dtype=torch.long))
+    center = at.clone()
+    for d in (-1, 1):
+        trial((center + d).clamp(0, len(grid) - 1))
+    return scales, zeros
+
+
+def dequantize_weight_asym(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int,
+                           in_features: int, group_size: int = 128,
+                           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The float weight ``(out, in_features)`` that :func:`quantize_weight_asym`'s output stands for."""
+    q, z, s = (_nibbles(codes) if bits == 4 else codes).float(), zeros.float(), scales.float()
+    return ((q - z.repeat_interleave(group_size, 1)[:, :in_features])
+            * s.repeat_interleave(group_size, 1)[:, :in_features]).to(dtype)
+
+
+@torch.no_grad()
+def rtn_asym_model_(model: nn.Module, bits: int = 4, group_size: int = 128,
+                    clip: tuple[float, ...] = CLIP_GRID, skip: tuple[str, ...] = ("lm_head",)) -> dict:
+    """Asymmetric RTN with a clip search (:func:`quantize_weight_asym`) on every linear layer
+    :func:`quantizable_linears` selects: each weight is set, in place, to the values its codes stand
+    for (the model then computes exactly what a kernel reading the codes would). Returns ``{"layers",
+    "params", "q_bytes"}``: bytes of the codes, float16 scales and uint8 zero points (and biases)."""
+    report = dict(layers=0, params=0, q_bytes=0)
+    for _, lin in quantizable_linears(model, skip):
+        parts = quantize_weight_asym(lin.weight.detach(), bits, group_size, clip)
+        lin.weight.copy_(dequantize_weight_asym(*parts, bits, lin.in_features, group_size, lin.weight.dtype))
+        tensors = [*parts, *([lin.bias] if lin.bias is not None else [])]
+        report["q_bytes"] += sum(t.numel() * t.element_size() for t in tensors)
+        report["params"] += lin.weight.numel()
+        report["layers"] += 1
+    return report
 
 
 class QuantLinear(nn.Module):
@@ -202,118 +278,3 @@ def weight_breakdown(model: nn.Module) -> dict[str, int]:
     add("other", list(model.parameters()) + list(model.buffers()))
     out["total"] = sum(out.values())
     return out
-
-
-# --- beyond weights: KV cache, activations, attention probabilities -----------------------------
-
-def quantize_kv(x: torch.Tensor, bits: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize keys or values ``(batch, heads, tokens, head_dim)`` with one float16 scale per
-    token and head: ``(int8 codes, scales (batch, heads, tokens, 1))``."""
-    scale = (x.float().abs().amax(-1, keepdim=True) / qmax(bits)).clamp_min(_MIN_SCALE).to(SCALE_DTYPE)
-    return round_to_grid(x, scale, bits), scale
-
-
-def dequantize_kv(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Inverse of :func:`quantize_kv` in ``dtype``."""
-    return q.to(dtype) * scale.to(dtype)
-
-
-def fake_quant_kv_per_channel(x: torch.Tensor, bits: int = 4, group: int = 32) -> torch.Tensor:
-    """Keys rounded as KIVI stores them (Liu et al., 2024): one float16 scale per channel of each head
-    over a group of ``group`` consecutive tokens, instead of one per token. Keys have a few channels
-    with large values in every token; a per-token scale spends its range on those channels and
-    rounds the rest to nothing, a per-channel one does not. Returns ``x`` rounded, in its dtype.
-    ``x``: ``(batch, heads, tokens, head_dim)``."""
-    b, h, t, d = x.shape
-    pad = (-t) % group
-    g = torch.nn.functional.pad(x.float(), (0, 0, 0, pad)).view(b, h, (t + pad) // group, group, d)
-    scale = (g.abs().amax(3, keepdim=True) / qmax(bits)).clamp_min(_MIN_SCALE).to(SCALE_DTYPE)
-    out = round_to_grid(g, scale, bits).float() * scale.float()
-    return out.view(b, h, t + pad, d)[:, :, :t].to(x.dtype)
-
-
-def quantize_cache_(cache, bits: int = 8) -> dict[str, int]:
-    """Round every layer's keys and values of a transformers cache through :func:`quantize_kv`,
-    in place (attention then reads exactly what an INT8 cache would hand it). Returns
-    ``{"fp_bytes": bytes of the cache as it was, "q_bytes": bytes of the codes and scales}``."""
-    fp = qb = 0
-    for layer in cache.layers:
-        for attr in ("keys", "values"):
-            t = getattr(layer, attr)
-            q, s = quantize_kv(t, bits)
-            fp += t.numel() * t.element_size()
-            qb += q.numel() * q.element_size() + s.numel() * s.element_size()
-            setattr(layer, attr, dequantize_kv(q, s, t.dtype))
-    return {"fp_bytes": fp, "q_bytes": qb}
-
-
-def fake_quant_per_token(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
-    """Round ``x`` to a symmetric ``bits``-bit grid with one scale per row of the last dimension
-    (per token for activations ``(batch, tokens, features)``), back in ``x``'s dtype."""
-    scale = (x.float().abs().amax(-1, keepdim=True) / qmax(bits)).clamp_min(1e-12)
-    return (round_to_grid(x, scale, bits).float() * scale).to(x.dtype)
-
-
-@contextlib.contextmanager
-def activation_quant(model: nn.Module, bits: int = 8, skip: tuple[str, ...] = ("lm_head",)) -> Iterator[int]:
-    """Within the block, every linear layer :func:`quantizable_linears` selects (or a QuantLinear)
-    sees its input fake-quantized per token to ``bits``. Yields the number of layers hooked."""
-    mods = [m for _, m in quantizable_linears(model, skip)]
-    mods += [m for n, m in model.named_modules()
-             if isinstance(m, QuantLinear) and n.split(".")[-1] not in skip]
-    hooks = [m.register_forward_pre_hook(lambda _m, args: (fake_quant_per_token(args[0], bits),) + args[1:])
-             for m in mods]
-    try:
-        yield len(hooks)
-    finally:
-        for h in hooks:
-            h.remove()
-
-
-_ATTN = "labkit_quant_attention"
-_ATTN_BITS: dict[str, int | None] = {"kv": None, "probs": None, "keys_per_channel": None}
-
-
-def _quant_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """Eager attention with optional fake-quantized K/V (per token and head) and probabilities
-    (8 bits unsigned, one scale per query row)."""
-    if _ATTN_BITS["kv"]:
-        if _ATTN_BITS["keys_per_channel"]:
-            key = fake_quant_kv_per_channel(key, _ATTN_BITS["kv"])
-        else:
-            key = dequantize_kv(*quantize_kv(key, _ATTN_BITS["kv"]), key.dtype)
-        value = dequantize_kv(*quantize_kv(value, _ATTN_BITS["kv"]), value.dtype)
-    groups = query.shape[1] // key.shape[1]
-    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-    if _ATTN_BITS["probs"]:
-        levels = 2 ** _ATTN_BITS["probs"] - 1
-        step = probs.amax(-1, keepdim=True) / levels
-        probs = torch.round(probs / step) * step
-    out = torch.matmul(probs.to(query.dtype), value)
-    return out.transpose(1, 2).contiguous(), probs
-
-
-@contextlib.contextmanager
-def attention_quant(model: nn.Module, kv_bits: int | None = None, probs_bits: int | None = None,
-                    keys_per_channel: bool = False) -> Iterator[None]:
-    """Within the block, the model's attention runs :func:`_quant_attention` (eager, with an eager
-    mask) with K/V rounded to ``kv_bits`` and/or the softmax output to ``probs_bits``. Values are
-    always rounded per token; keys per token too, or per channel (:func:`fake_quant_kv_per_channel`,
-    KIVI's layout) with ``keys_per_channel``."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
-
-    AttentionInterface.register(_ATTN, _quant_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(_ATTN, eager_mask)
-    before = model.config._attn_implementation
-    _ATTN_BITS.update(kv=kv_bits, probs=probs_bits, keys_per_channel=int(keys_per_channel))
-    model.config._attn_implementation = _ATTN
-    try:
-        yield
-    finally:
-        model.config._attn_implementation = before
-        _ATTN_BITS.update(kv=None, probs=None, keys_per_channel=None)

@@ -1,11 +1,13 @@
 """Measuring speculative decoding against plain decoding (chapter 06, "Speculation").
 
-:func:`run_vs_plain` times one speculative run of :func:`labkit.llm.speculative.speculative_generate`
-right after a short plain run on the same prompt, so a busy neighbour slows both alike;
-:func:`same_as_greedy` judges whether its output is plain greedy's; :func:`runs_table` prints the
-prompt-lookup grid. For the early-exit drafter, :func:`early_exit_agreement` reads the greedy
-acceptance of every exit depth from one forward pass, and :func:`early_exit_step_times` times one
-draft step of each depth against target passes over a few tokens (what verifying k guesses costs).
+:func:`paired_rounds` measures speculation's speed-up: rounds of a plain and a speculative run of
+:func:`labkit.llm.speculative.speculative_generate` of the same length, timed back to back in
+alternating order, so a busy neighbour slows both alike and neither run is timed over fewer tokens
+(a short run's per-token time is at the mercy of one slow moment); :func:`same_as_greedy` judges
+whether a run's output is plain greedy's; :func:`runs_table` prints the prompt-lookup grid. For
+the early-exit drafter, :func:`early_exit_agreement` reads the greedy acceptance of every exit
+depth from one forward pass, and :func:`early_exit_step_times` times one draft step of each depth
+against target passes over a few tokens (what verifying k guesses costs).
 Units: seconds, tokens, fractions.
 """
 
@@ -22,20 +24,25 @@ from ..hardware.microbench import interleaved_times
 from .speculative import EarlyExitDrafter, SpecStats, speculative_generate
 
 
-def run_vs_plain(model: Any, prompt_ids: Sequence[int], drafter: Any, k: int, max_new_tokens: int,
-                 temperature: float = 0.0, plain_tokens: int = 4, seed: int = 0,
-                 cache: DynamicCache | None = None
-                 ) -> tuple[list[int], SpecStats, float]:
-    """A speculative run: ``(tokens, stats, speedup)``. A greedy run is preceded by a plain run of
-    ``plain_tokens`` tokens on the same prompt; speedup = plain ÷ speculative decode seconds per
-    token (prefill excluded), timed back to back (NaN when sampling, seeded with ``seed``). ``cache``:
-    the prompt's :func:`~labkit.llm.speculative.prefill`, shared by the runs on it."""
-    base = (speculative_generate(model, prompt_ids, None, max_new_tokens=plain_tokens, cache=cache)[1]
-            if temperature == 0 else None)
-    out, st = speculative_generate(model, prompt_ids, drafter, k=k, max_new_tokens=max_new_tokens,
-                                   temperature=temperature, generator=torch.Generator().manual_seed(seed),
-                                   cache=cache)
-    return out, st, base.decode_s_per_token / st.decode_s_per_token if base else float("nan")
+def paired_rounds(model: Any, prompt_ids: Sequence[int], drafter: Any, k: int, max_new_tokens: int,
+                  rounds: int = 5, cache: DynamicCache | None = None) -> tuple[list[float], SpecStats]:
+    """Speculation's speed-up at batch 1 from ``rounds`` paired rounds: each round times a plain greedy
+    run and a speculative one (``drafter``, ``k`` guesses per pass) of the same ``max_new_tokens``
+    tokens back to back, the plain one first in even rounds and second in odd ones (so neither always
+    runs right after the other). Returns the per-round speed-ups (plain ÷ speculative decode seconds
+    per token, prefill excluded; :func:`labkit.stats.median_interval` gives their median and
+    interval) and the last speculative run's :class:`~labkit.llm.speculative.SpecStats` (greedy: every
+    round emits the same tokens in the same passes)."""
+    ratios, st = [], SpecStats()
+    for r in range(rounds):
+        runs = {}
+        for name in (("plain", "spec") if r % 2 == 0 else ("spec", "plain")):
+            d, kk = (None, 0) if name == "plain" else (drafter, k)
+            runs[name] = speculative_generate(model, prompt_ids, d, k=kk, max_new_tokens=max_new_tokens,
+                                              cache=cache)[1]
+        st = runs["spec"]
+        ratios.append(runs["plain"].decode_s_per_token / st.decode_s_per_token)
+    return ratios, st
 
 
 def same_as_greedy(model: Any, prompt_ids: Sequence[int], out: Sequence[int], greedy: Sequence[int],
@@ -57,14 +64,14 @@ def same_as_greedy(model: Any, prompt_ids: Sequence[int], out: Sequence[int], gr
 
 def runs_table(runs: list[dict[str, Any]]) -> str:
     """The prompt-lookup grid as text: one row per run (``task``, ``k``, ``temp``, ``st``
-    (:class:`~labkit.llm.speculative.SpecStats`), ``speedup``, ``same``: None when sampling)."""
-    lines = [f"{'task':5s} {'k':>2s} {'temp':>4s} {'tokens':>6s} {'accept':>6s} {'alpha':>5s} "
-             f"{'tok/pass':>8s} {'speedup':>7s}  identical to greedy"]
+    (:class:`~labkit.llm.speculative.SpecStats`), ``same``: None when sampling). Counts only: speed
+    comes from :func:`paired_rounds`."""
+    lines = [f"{'task':5s} {'k':>2s} {'temp':>4s} {'tokens':>6s} {'passes':>6s} {'accept':>6s} {'alpha':>5s} "
+             f"{'tok/pass':>8s}  identical to greedy"]
     for r in runs:
         st = r["st"]
-        ratio = "-" if r["temp"] else f"{r['speedup']:.2f}x"
-        lines.append(f"{r['task']:5s} {r['k']:2d} {r['temp']:4.1f} {st.new_tokens:6d} "
-                     f"{st.acceptance_rate:6.2f} {st.alpha:5.2f} {st.tokens_per_pass:8.2f} {ratio:>7s}  "
+        lines.append(f"{r['task']:5s} {r['k']:2d} {r['temp']:4.1f} {st.new_tokens:6d} {st.target_passes:6d} "
+                     f"{st.acceptance_rate:6.2f} {st.alpha:5.2f} {st.tokens_per_pass:8.2f}  "
                      f"{'' if r['same'] is None else r['same']}")
     return "\n".join(lines)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from transformers import DynamicCache
@@ -164,6 +164,17 @@ class EarlyExitDrafter:
         return drafts, (torch.stack(qs) if qs else None)
 
 
+def accept_greedy(drafts: Sequence, target: Sequence) -> tuple[int, Any]:
+    """The greedy acceptance rule: ``target[i]`` is the target's argmax after the first ``i`` drafts
+    (``len(drafts) + 1`` entries). Returns ``(m, token)``: the first ``m`` drafts equal the target's
+    picks and are kept, and ``token = target[m]`` follows them (the target's own token where it
+    disagreed, or a bonus token after ``k`` matches). Works on any comparable tokens (ids or words)."""
+    m = 0
+    while m < len(drafts) and drafts[m] == target[m]:
+        m += 1
+    return m, target[m]
+
+
 def accept_sampled(drafts: Sequence[int], p: torch.Tensor, q: torch.Tensor | None,
                    generator: torch.Generator | None = None) -> tuple[int, int]:
     """The sampling acceptance rule. ``p``: target distributions (len(drafts) + 1, vocab); ``q``:
@@ -243,11 +254,7 @@ def _decode(model, ids: list[int], out: list[int], st: SpecStats, cache: Dynamic
         logits = model(input_ids=torch.tensor([[ids[-1], *drafts]], device=dev), cache=cache,
                        use_cache=True).logits[0].float()
         if temperature == 0:
-            target = logits.argmax(-1).tolist()
-            m = 0
-            while m < len(drafts) and drafts[m] == target[m]:
-                m += 1
-            token = target[m]
+            m, token = accept_greedy(drafts, logits.argmax(-1).tolist())
         else:
             m, token = accept_sampled(drafts, probabilities(logits, temperature), q, generator)
         synchronize(str(dev))

@@ -48,8 +48,7 @@ def test_lora_lowers_the_loss_and_merges_into_the_same_architecture():
     before = ft.param_count(model)
     same = [{"prompt": i["prompt"], "answer": "paid"} for i in ITEMS[:4]]  # one answer to learn
     batches = ft.sft_batches(CharTok(), same, batch_size=4, steps=20, seed=0)
-    peft_model, run = ft.lora_finetune(copy.deepcopy(model), batches, rank=8, lr=3e-2, top_layers=2,
-                                       desc=None)
+    peft_model, run = ft.lora_finetune(copy.deepcopy(model), batches, rank=8, lr=3e-2, top_layers=2)
     assert run.steps == 20 and run.examples == 80 and 0 < run.trainable < before * 0.5
     assert sum(run.losses[-3:]) < 0.5 * sum(run.losses[:3])
     merged = ft.merge(peft_model)
@@ -62,10 +61,31 @@ def test_lora_lowers_the_loss_and_merges_into_the_same_architecture():
 
 
 def test_only_top_layers_get_adapters():
-    peft_model, _ = ft.lora_finetune(tiny_llama(4), ft.sft_batches(CharTok(), ITEMS, 2, 1), top_layers=1,
-                                     desc=None)
+    peft_model, _ = ft.lora_finetune(tiny_llama(4), ft.sft_batches(CharTok(), ITEMS, 2, 1), top_layers=1)
     adapted = {n.split("layers.")[1].split(".")[0] for n, _ in peft_model.named_parameters() if "lora_A" in n}
     assert adapted == {"3"}
+
+
+def _adapters(peft_model):
+    return {k: p.detach().clone() for k, p in peft_model.named_parameters() if "lora" in k}
+
+
+def test_checkpoints_keep_the_best_steps_adapters():
+    batches = ft.sft_batches(CharTok(), ITEMS, batch_size=4, steps=6, seed=0)
+    dev_scores = iter([0.2, 0.7, 0.7])  # what the judge says at steps 2, 4 and 6: 4 is the earliest best
+    peft_model, run = ft.lora_finetune(tiny_llama(), batches, lr=3e-2, top_layers=2, checkpoints=(2, 4, 6),
+                                       judge=lambda m: next(dev_scores))
+    assert run.checkpoints == {2: 0.2, 4: 0.7, 6: 0.7} and run.chosen == 4 and run.steps == 6
+    four, _ = ft.lora_finetune(tiny_llama(), batches[:4], lr=3e-2, top_layers=2)  # a 4-step run, same seed
+    kept, fresh = _adapters(peft_model), _adapters(four)
+    assert kept.keys() == fresh.keys() and all(torch.allclose(kept[k], fresh[k], atol=1e-6) for k in kept)
+    _, stop_early = ft.lora_finetune(tiny_llama(), batches, top_layers=2, checkpoints=(3,), judge=lambda m: 0)
+    assert stop_early.steps == 3 and stop_early.chosen == 3  # training stops at the last checkpoint
+
+
+def test_no_deprecation_warning_from_peft(recwarn):
+    ft.lora_finetune(tiny_llama(), ft.sft_batches(CharTok(), ITEMS, 2, 1), top_layers=1)
+    assert not [w for w in recwarn if "is_gradient_checkpointing" in str(w.message)]
 
 
 def test_bad_arguments():

@@ -5,6 +5,7 @@ the same way, holds."""
 
 import copy
 
+import pytest
 import torch
 from test_finetune import ITEMS, CharTok, tiny_llama
 
@@ -12,6 +13,53 @@ from labkit.checks import outcome
 from labkit.llm import distill as di
 from labkit.llm import domain_eval as de
 from labkit.llm import finetune as ft
+from labkit.llm import shared_decode as sd
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    from labkit.models import llm_dir
+
+    return AutoTokenizer.from_pretrained(llm_dir("float32"))
+
+
+def _mismatches(model, tok) -> int:
+    """The notebook's figure: the shared-prefix decoder's answers against generate's on whole prompts
+    (bare held-out items and chat items with worked examples)."""
+    held, train = de.load_items("invoices", "heldout"), de.load_items("invoices", "train")
+    shots = de.few_shot(train, 3)
+    out = 0
+    for prompts in ([de.segments(i) for i in held[:6]], [de.chat_segments(tok, i, shots) for i in held[:2]]):
+        shared = sd.greedy_answers(model, tok, prompts, max_new_tokens=6)
+        plain = de.generate_answers(model, tok, ["".join(p) for p in prompts], max_new_tokens=6, batch_size=6)
+        out += sum(a != b for a, b in zip(shared, plain, strict=True))
+    return out
+
+
+def test_shared_decoder_with_positions_restarting_per_segment_fails(monkeypatch, tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         initializer_range=0.5)).eval()
+    real = _mismatches(model, tok)
+    forward = sd._forward
+
+    def restarting(model, ids, mask, cache, name):  # positions count from 0 in every segment and step
+        pos = torch.arange(ids.shape[1]).expand(ids.shape[0], -1)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                    **{name: cache})
+        return out.logits[:, -1].float()
+
+    monkeypatch.setattr(sd, "_forward", restarting)
+    broken = _mismatches(model, tok)
+    monkeypatch.setattr(sd, "_forward", forward)
+    check = "shared_decode_matches_generate"
+    assert outcome("selection", check, {"shared_decode_mismatches": broken}).held is False
+    assert outcome("selection", check, {"shared_decode_mismatches": real}).held is True
 
 
 def _merge_diff(peft_model, merge) -> float:
@@ -33,7 +81,7 @@ def _unscaled_merge(peft_model):
 def test_merge_without_the_lora_scale_fails():
     same = [{"prompt": i["prompt"], "answer": "paid"} for i in ITEMS[:4]]
     batches = ft.sft_batches(CharTok(), same, batch_size=4, steps=20, seed=0)
-    peft_model, _ = ft.lora_finetune(tiny_llama(), batches, rank=8, lr=3e-2, top_layers=2, desc=None)
+    peft_model, _ = ft.lora_finetune(tiny_llama(), batches, rank=8, lr=3e-2, top_layers=2)
     twin = copy.deepcopy(peft_model)
     real, broken = _merge_diff(peft_model, ft.merge), _merge_diff(twin, _unscaled_merge)
     assert outcome("selection", "lora_merge_matches_adapter", {"merge_max_logit_diff": broken}).held is False
@@ -41,9 +89,9 @@ def test_merge_without_the_lora_scale_fails():
 
 
 def _disjoint() -> bool:
-    """The notebook's figure: no invoice text in both the training and the held-out split."""
-    train, held = de.load_items("invoices", "train"), de.load_items("invoices", "heldout")
-    return not ({de.text_of(i) for i in train} & {de.text_of(i) for i in held})
+    """The notebook's figure: no invoice text in two of the train, dev and held-out splits."""
+    texts = [{de.text_of(i) for i in de.load_items("invoices", s)} for s in ("train", "dev", "heldout")]
+    return not (texts[0] & texts[1] or texts[0] & texts[2] or texts[1] & texts[2])
 
 
 def test_loader_that_ignores_the_split_fails(monkeypatch):
@@ -54,25 +102,22 @@ def test_loader_that_ignores_the_split_fails(monkeypatch):
     assert outcome("selection", "eval_splits_disjoint", {"eval_splits_disjoint": real}).held is True
 
 
-def _frozen_diff(teacher, layers, top_layers, train_top=True) -> float:
-    """The notebook's path and figure: the student cut to ``layers``, distilled with its top
-    ``top_layers`` trained (every layer when ``train_top`` is False, a leak), then the largest
-    difference of the tensors it should share with its teacher (all but the top ``top_layers``)."""
-    student = di.make_student(teacher, layers)
+def _frozen_diff(teacher, layers, top_layers, made_from=None, train_top=True) -> float:
+    """The notebook's path and figure: the student cut to ``made_from`` (default ``layers``), distilled
+    with its top ``top_layers`` trained (every layer when ``train_top`` is False, a leak), then the
+    largest difference of the tensors it should share with the teacher's ``layers``."""
+    student = di.make_student(teacher, made_from or layers)
     batches = ft.sft_batches(CharTok(), ITEMS[:4], batch_size=4, steps=3, seed=0)
-    di.distill(student, teacher, batches, lr=1e-2, top_layers=top_layers if train_top else None, desc=None)
-    trained = tuple(f"model.layers.{i}." for i in range(len(layers) - top_layers, len(layers)))
-    teacher_sd = teacher.state_dict()
-    return max((w - teacher_sd[k]).abs().max().item() for k, w in student.state_dict().items()
-               if not k.startswith(trained))
+    di.distill(student, teacher, batches, lr=1e-2, top_layers=top_layers if train_top else None)
+    return di.shared_max_diff(student, teacher, layers, top_layers)
 
 
 def test_student_cut_from_the_wrong_end_fails():
     teacher = tiny_llama(4)
     check = "student_keeps_teacher"
-    real = _frozen_diff(teacher, [0, 1, 2], 1)
+    real = _frozen_diff(teacher, [0, 2, 3], 1)  # a measured cut: layer 1 dropped
     assert outcome("selection", check, {"student_frozen_max_diff": real}).held is True
-    last = _frozen_diff(teacher, [1, 2, 3], 1)  # the teacher's last three layers, not its first
-    assert outcome("selection", check, {"student_frozen_max_diff": last}).held is False
-    leak = _frozen_diff(teacher, [0, 1, 2], 1, train_top=False)  # every layer trained
+    wrong = _frozen_diff(teacher, [0, 2, 3], 1, made_from=[1, 2, 3])  # built from other layers than it claims
+    assert outcome("selection", check, {"student_frozen_max_diff": wrong}).held is False
+    leak = _frozen_diff(teacher, [0, 2, 3], 1, train_top=False)  # every layer trained
     assert outcome("selection", check, {"student_frozen_max_diff": leak}).held is False

@@ -4,20 +4,23 @@ fine-tuning adjusts a pre-trained model's weights on your data, same architectur
 :func:`sft_batches` turns ``{"prompt", "answer"}`` items into padded token batches whose labels
 cover the answer (and the newline that ends it) only; :func:`lora_finetune` wraps a causal LM with
 ``peft`` low-rank adapters (rank ``rank`` on every attention and MLP projection) and trains them with
-AdamW for a fixed number of steps, in a fixed data order; :func:`merge` folds the adapters back into
-the weights (``merge_and_unload``), leaving a model of the original architecture and parameter count.
-Times are seconds.
+AdamW (constant learning rate) in a fixed data order, optionally scoring ``checkpoints`` on a dev split
+and keeping the best (the checkpoint after ``s`` steps is exactly what a run of ``s`` steps makes, so this
+is a choice of the number of steps); :func:`merge` folds the adapters back into the weights
+(``merge_and_unload``), leaving a model of the original architecture and parameter count. Times are
+seconds.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ..hardware import microbench
 
@@ -27,14 +30,18 @@ IGNORE = -100  # label of a position the loss skips (prompt and padding)
 
 @dataclass
 class TrainRun:
-    """What one training run did: ``losses`` (per step), ``seconds`` (wall time of the loop),
-    ``steps``, ``examples`` (items seen, repeats included), ``trainable`` (parameters updated)."""
+    """What one training run did: ``losses`` (per step), ``seconds`` (wall time of the training steps,
+    checkpoint scoring left out), ``steps``, ``examples`` (items seen, repeats included), ``trainable``
+    (parameters updated), ``checkpoints`` (step -> its dev score, when scored) and ``chosen`` (the step
+    whose weights the model kept)."""
 
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     steps: int = 0
     examples: int = 0
     trainable: int = 0
+    checkpoints: dict[int, float] = field(default_factory=dict)
+    chosen: int = 0
 
 
 def sft_batches(tok, items: Sequence[dict[str, Any]], batch_size: int, steps: int, seed: int = 0
@@ -102,31 +109,41 @@ Batch = dict[str, torch.Tensor]
 
 
 def train_steps(batches: Sequence[Batch], loss_of: Callable[[Batch], torch.Tensor],
-                opt: torch.optim.Optimizer, run: TrainRun, device: Any, desc: str | None) -> TrainRun:
+                opt: torch.optim.Optimizer, run: TrainRun, device: Any,
+                on_step: Callable[[int], None] | None = None) -> TrainRun:
     """One optimizer step per batch on ``loss_of(batch)``, the loop LoRA fine-tuning and distillation
-    (chapter 02b) share: each loss, step and example goes into ``run``, and ``run.seconds`` is the loop's
-    time (:func:`labkit.hardware.microbench.timed`, seconds)."""
-    def loop() -> None:
-        for batch in tqdm(batches, desc=desc, disable=desc is None, leave=False):
-            loss = loss_of(batch)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            run.losses.append(float(loss.detach()))
-            run.steps += 1
-            run.examples += int(batch["input_ids"].shape[0])
+    (chapter 02b) share: each loss, step and example goes into ``run``, and ``run.seconds`` adds up the
+    steps' times (:func:`labkit.hardware.microbench.timed`, seconds). ``on_step(steps done)`` runs after
+    each step, untimed."""
+    def step(batch: Batch) -> float:
+        loss = loss_of(batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss.detach())
 
-    _, run.seconds = microbench.timed(loop, str(device).split(":")[0])
+    for batch in batches:
+        loss, seconds = microbench.timed(functools.partial(step, batch), str(device).split(":")[0])
+        run.losses.append(loss)
+        run.seconds += seconds
+        run.steps += 1
+        run.examples += int(batch["input_ids"].shape[0])
+        if on_step is not None:
+            on_step(run.steps)
     return run
 
 
 def lora_finetune(model, batches: Sequence[dict[str, torch.Tensor]], rank: int = 8, alpha: int = 16,
                   lr: float = 2e-3, top_layers: int | None = None, targets: Sequence[str] = TARGETS,
-                  seed: int = 0, desc: str | None = "LoRA") -> tuple[Any, TrainRun]:
+                  seed: int = 0, checkpoints: Sequence[int] = (),
+                  judge: Callable[[Any], float] | None = None) -> tuple[Any, TrainRun]:
     """Train LoRA adapters on ``model`` (changed in place: peft injects the adapters) over ``batches``
     of :func:`sft_batches` (one optimizer step each, :func:`answer_loss`), AdamW at learning rate ``lr``.
     ``top_layers``: adapt only the last that many decoder layers (the backward pass then stops there:
-    cheaper on a CPU); ``None`` adapts all. Returns ``(peft model, TrainRun)``, the model in eval mode."""
+    cheaper on a CPU); ``None`` adapts all. With ``checkpoints`` (step counts) and ``judge`` (model ->
+    a score on a dev split, higher better), training stops at the last checkpoint, each checkpoint is
+    scored, and the adapters of the best one (the earliest of equals) are kept. Returns ``(peft model,
+    TrainRun)``, the model in eval mode."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(seed)
@@ -134,14 +151,34 @@ def lora_finetune(model, batches: Sequence[dict[str, torch.Tensor]], rank: int =
     layers = None if top_layers is None else list(range(max(n - top_layers, 0), n))
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets),
                         layers_to_transform=layers, task_type="CAUSAL_LM")
-    peft_model = get_peft_model(model, config)
-    params = [p for p in peft_model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    run = TrainRun(trainable=sum(p.numel() for p in params))
+    with warnings.catch_warnings():
+        # peft 0.21 reads transformers' deprecated ``is_gradient_checkpointing`` alias while wrapping the
+        # model; nothing here checkpoints activations, and the FutureWarning is about peft's code, not ours
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = get_peft_model(model, config)
+    params = {k: p for k, p in peft_model.named_parameters() if p.requires_grad}
+    opt = torch.optim.AdamW(params.values(), lr=lr, weight_decay=0.0)
+    run = TrainRun(trainable=sum(p.numel() for p in params.values()))
     dev = next(peft_model.parameters()).device
-    peft_model.train()
+    saved: dict[int, dict[str, torch.Tensor]] = {}
 
-    train_steps(batches, lambda b: answer_loss(tail_logits(peft_model, b, dev), b), opt, run, dev, desc)
+    def checkpoint(step: int) -> None:
+        if judge is not None and step in checkpoints:
+            peft_model.eval()
+            run.checkpoints[step] = judge(peft_model)
+            saved[step] = {k: p.detach().clone() for k, p in params.items()}
+            peft_model.train()
+
+    stop = max(checkpoints) if checkpoints and judge is not None else len(batches)
+    peft_model.train()
+    train_steps(batches[:stop], lambda b: answer_loss(tail_logits(peft_model, b, dev), b), opt, run, dev,
+                checkpoint)
+    run.chosen = run.steps
+    if run.checkpoints:
+        run.chosen = max(run.checkpoints, key=lambda s: (run.checkpoints[s], -s))
+        with torch.no_grad():
+            for k, p in params.items():
+                p.copy_(saved[run.chosen][k])
     peft_model.eval()
     return peft_model, run
 

@@ -1,9 +1,11 @@
 """deploy/k8s/alerts.yaml (labkit.production.alerts, chapter 08): every PromQL expression the
-manifests ship (alerts, recording rules, KEDA's queries, the adapter's series query) parses with a
-real PromQL parser, picks this deployment's series only, and names metrics the pinned vLLM release
-exports; the burn-rate tiers are the SRE workbook's."""
+manifests ship (alerts, recording rules, KEDA's queries, the adapter's series queries, the canary's
+analysis, the dashboard) parses with a real PromQL parser, picks this deployment's series only, and
+names metrics the pinned vLLM release exports (or, for the router's and the GPU's, the metrics listed
+with their source in tests/data/external_metrics.json); the burn-rate tiers are the SRE workbook's."""
 
 import ast
+import json
 import re
 
 import promql_parser
@@ -12,11 +14,13 @@ import yaml
 
 from labkit.llm.architecture import load_config
 from labkit.paths import REPO
-from labkit.production import alerts, deploy
+from labkit.production import alerts, dashboard, deploy
 
 QWEN = load_config("Qwen3-4B")
 FILES = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
 RULE = FILES["alerts.yaml"][0]
+# Metrics that are not vLLM's, each with the file of the release that defines it.
+EXTERNAL = json.loads((REPO / "tests" / "data" / "external_metrics.json").read_text())["metrics"]
 
 
 def parse(expr: str):
@@ -36,16 +40,31 @@ def selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
     return found
 
 
-def every_query():
+def analysis_queries():
+    """The canary's Prometheus queries, their Argo arguments filled in ({{args.x}} is not PromQL)."""
+    templates = [d for d in FILES["optional/canary.yaml"] if d["kind"] == "AnalysisTemplate"]
+    return [re.sub(r"\{\{args\.([a-z-]+)\}\}", r"hash-\1", m["provider"]["prometheus"]["query"])
+            for d in templates for m in d["spec"]["metrics"]]
+
+
+def scoped_queries():
+    """Every query that must pick this deployment's series: the rules, KEDA's triggers, the canary's
+    analysis and the dashboard's vLLM panels."""
     (keda,) = FILES["optional/keda-scaledobject.yaml"]
-    (adapter,) = FILES["optional/prometheus-adapter-values.yaml"]
+    (board,) = FILES["dashboards/vllm-qwen3-4b.json"]
     return (alerts.expressions(RULE) + [t["metadata"]["query"] for t in keda["spec"]["triggers"]]
-            + [r["seriesQuery"] for r in adapter["rules"]["custom"]])
+            + analysis_queries() + dashboard.queries(board))
+
+
+def every_query():
+    (adapter,) = FILES["optional/prometheus-adapter-values.yaml"]
+    rules = adapter["rules"]["custom"] + adapter["rules"]["external"]
+    return scoped_queries() + [r["seriesQuery"] for r in rules]
 
 
 def test_every_expression_parses_and_a_broken_one_does_not():
     exprs = every_query()
-    assert len(exprs) >= 20
+    assert len(exprs) >= 40
     for expr in exprs:
         parse(expr)  # raises on a syntax error
     for broken in ("sum(rate(vllm:num_preemptions_total[5m])",  # unclosed parenthesis
@@ -59,16 +78,24 @@ def test_every_expression_parses_and_a_broken_one_does_not():
 def test_every_selector_picks_this_deployment_only():
     name, ns = "qwen3-4b", deploy.NAMESPACE
     recorded = {r["record"] for g in RULE["spec"]["groups"] for r in g["rules"] if "record" in r}
-    for expr in alerts.expressions(RULE) + every_query()[-4:-2]:  # the rules, KEDA's two queries
+    for expr in scoped_queries():
         for metric, matchers in selectors(expr):
             if metric in recorded:
                 continue  # a recording rule of this PrometheusRule, filtered where it is computed
+            if metric.startswith("DCGM_"):  # the exporter labels a GPU with the pod using it
+                assert (matchers["namespace"], matchers["pod"]) == (ns, f"{name}-.*"), expr
+                continue
             picked = (matchers.get("namespace"), matchers.get(alerts.INSTANCE_LABEL))
             assert picked == (ns, name), (metric, expr)
+    for expr in analysis_queries():  # the canary's and the stable version's pods, told apart
+        assert all("rollouts_pod_template_hash" in m for _, m in selectors(expr)), expr
     # the PodMonitor copies the label the filters use onto every scraped series
     pm = [d for d in FILES["vllm.yaml"] if d["kind"] == "PodMonitor"][0]
-    assert pm["spec"]["podTargetLabels"] == ["app.kubernetes.io/instance"]
-    assert re.sub(r"[./-]", "_", pm["spec"]["podTargetLabels"][0]) == alerts.INSTANCE_LABEL
+    assert pm["spec"]["podTargetLabels"] == ["app.kubernetes.io/instance", "rollouts-pod-template-hash"]
+    assert [re.sub(r"[./-]", "_", x) for x in pm["spec"]["podTargetLabels"]] == [
+        alerts.INSTANCE_LABEL, "rollouts_pod_template_hash"]
+    epp = [d for d in FILES["routing.yaml"] if d["kind"] == "PodMonitor"][0]  # the router's queue
+    assert epp["spec"]["podTargetLabels"] == ["app.kubernetes.io/instance"]
 
 
 def test_alerts_use_recorded_ratios_and_the_workbook_burn_rates():
@@ -84,8 +111,11 @@ def test_alerts_use_recorded_ratios_and_the_workbook_burn_rates():
         rate = 14.4 if rule["labels"]["severity"] == "page" else 6.0
         assert limits == [pytest.approx(rate * (1 - alerts.SLOS[sli]["objective"]))] * 2
     names = {r["alert"] for g in groups.values() for r in g if "alert" in r}
-    assert {"VLLMKVCacheNearlyFull", "VLLMPreempting", "VLLMMetricsAbsent", "VLLMErrorBudgetBurnFast",
-            "VLLMTTFTBudgetBurnSlow", "VLLMITLBudgetBurnFast"} <= names
+    # the router's refusals: outcome values of its queue-time histogram (listed with their source)
+    outcomes = EXTERNAL[f"{alerts.ROUTER_QUEUE_WAIT}_count"]
+    assert all(o in outcomes for o in alerts.ROUTER_DROPS.split("|"))
+    assert {"VLLMKVCacheNearlyFull", "VLLMPreempting", "VLLMRouterDropping", "VLLMMetricsAbsent",
+            "VLLMErrorBudgetBurnFast", "VLLMTTFTBudgetBurnSlow", "VLLMITLBudgetBurnFast"} <= names
     assert RULE["metadata"]["labels"]["release"] == deploy.PROMETHEUS_RELEASE  # the stack loads it
     committed = yaml.safe_load((REPO / "deploy" / "k8s" / "alerts.yaml").read_text())
     assert committed == RULE
@@ -105,6 +135,8 @@ def test_metric_names_and_buckets_exist_in_the_pinned_vllm_release():
     for expr in every_query():
         for metric, _ in selectors(expr):
             if metric in recorded:
+                continue
+            if metric in EXTERNAL:  # the router's and the GPU exporter's, listed with their source
                 continue
             if metric == "http_requests_total":  # vLLM's API server mounts the instrumentator's defaults
                 assert '"http_requests_total"' in (instrumentator / "metrics.py").read_text()

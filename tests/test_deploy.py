@@ -9,14 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from k8s_schemas import validate
 
 from labkit.llm.architecture import load_config
 from labkit.llm.parallelism import plan
 from labkit.paths import REPO
-from labkit.production import deploy, deploy_sizing, k8s_checks, k8s_pod
+from labkit.production import deploy, deploy_cli, deploy_sizing, k8s_checks, k8s_pod
 
 K8S = REPO / "deploy" / "k8s"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
@@ -40,10 +42,10 @@ def _container(docs):
 
 def test_committed_files_are_exactly_what_the_generator_writes(tmp_path):
     header = (K8S / "vllm.yaml").read_text().splitlines()[1]
-    cli, out = "# python -m labkit.production.deploy ", " --out <folder>"
+    cli, out = "# python -m labkit.production.deploy_cli ", " --out <folder>"
     assert header.startswith(cli) and header.endswith(out)
     args = shlex.split(header.removeprefix(cli).removesuffix(out))
-    assert deploy.main([*args, "--out", str(tmp_path)]) == 0
+    assert deploy_cli.main([*args, "--out", str(tmp_path)]) == 0
     made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     committed = sorted(p.relative_to(K8S) for p in K8S.rglob("*") if p.is_file())
     assert made == committed, "deploy/k8s has files the generator does not write (or lacks some)"
@@ -58,25 +60,36 @@ def test_manifests_pass_kubernetes_schemas_strictly(gpu, version):
     assert [d["kind"] for d in docs] == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodMonitor",
                                          "PodDisruptionBudget", "NetworkPolicy"]
     for doc in docs:
-        if doc["kind"] == "PodMonitor":
-            _check_pod_monitor(doc)  # a CRD: Kubernetes' own schemas do not include it
-        else:
-            kubernetes_validate.validate(doc, version, strict=True)
+        validate(doc, version)  # the PodMonitor against the Prometheus Operator's CRD schema
+
+
+def check_destination_rule(doc):
+    """Istio's DestinationRule (no CRD schema vendored): the fields these files use, by hand."""
+    assert doc["apiVersion"] == "networking.istio.io/v1beta1"
+    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+    assert set(doc["spec"]) == {"host", "trafficPolicy"}
+    assert doc["spec"]["host"].endswith(".svc.cluster.local")
+    assert doc["spec"]["trafficPolicy"] == {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}}
+
+
+def committed_docs():
+    """(path, document) of every Kubernetes object under deploy/k8s (the adapter's file is Helm values)."""
+    return [(p, d) for p in sorted(K8S.rglob("*.yaml")) if p.name != "prometheus-adapter-values.yaml"
+            for d in yaml.safe_load_all(p.read_text())]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_committed_yaml_passes_kubernetes_schemas(version):
-    kinds = []
-    for path in sorted(K8S.glob("*.yaml")):  # what `kubectl apply -f deploy/k8s/` applies
-        for doc in yaml.safe_load_all(path.read_text()):
-            kinds.append(doc["kind"])
-            if doc["kind"] == "PodMonitor":
-                _check_pod_monitor(doc)
-            elif doc["kind"] == "PrometheusRule":
-                _check_prometheus_rule(doc)
-            else:
-                kubernetes_validate.validate(doc, version, strict=True)
-    assert {"Deployment", "Job", "PersistentVolumeClaim", "PrometheusRule"} <= set(kinds)
+    kinds = set()
+    for _, doc in committed_docs():
+        kinds.add(doc["kind"])
+        if doc["kind"] == "DestinationRule":
+            check_destination_rule(doc)
+        else:
+            validate(doc, version)  # core kinds: Kubernetes' schemas; CRDs: their vendored schemas
+    assert {"Deployment", "Job", "PersistentVolumeClaim", "PrometheusRule", "InferencePool", "HTTPRoute",
+            "Gateway", "Rollout", "AnalysisTemplate", "ServiceMonitor", "PriorityClass",
+            "ScaledObject"} <= kinds
 
 
 @pytest.mark.parametrize("gpu", ["L4", "H100"])
@@ -101,36 +114,6 @@ def test_storage_objects_pass_kubernetes_schemas_and_feed_the_server(gpu):
     assert storage["NetworkPolicy"]["spec"]["podSelector"]["matchLabels"] == job_labels
 
 
-# The fields of the Prometheus Operator's PodMonitor CRD (monitoring.coreos.com/v1) this lab uses, from
-# its API reference; no PyPI package ships the CRD's OpenAPI schema, so this is a structural check.
-POD_MONITOR_SPEC = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels"}
-POD_METRICS_ENDPOINT = {"port", "path", "interval", "scrapeTimeout", "scheme", "relabelings",
-                        "metricRelabelings", "honorLabels"}
-
-
-def _check_pod_monitor(doc):
-    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PodMonitor"
-    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
-    assert set(doc["spec"]) <= POD_MONITOR_SPEC, set(doc["spec"]) - POD_MONITOR_SPEC
-    for ep in doc["spec"]["podMetricsEndpoints"]:
-        assert set(ep) <= POD_METRICS_ENDPOINT, set(ep) - POD_METRICS_ENDPOINT
-        assert re.fullmatch(r"\d+[smh]", ep["interval"])
-
-
-PROMETHEUS_RULE = {"record", "alert", "expr", "for", "labels", "annotations"}
-
-
-def _check_prometheus_rule(doc):
-    """The PrometheusRule CRD's fields this lab uses (monitoring.coreos.com/v1, from its API reference)."""
-    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
-    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"} and set(doc["spec"]) == {"groups"}
-    for g in doc["spec"]["groups"]:
-        assert set(g) <= {"name", "interval", "rules"}
-        for r in g["rules"]:
-            assert set(r) <= PROMETHEUS_RULE and ("record" in r) != ("alert" in r) and r["expr"], r
-            assert "for" not in r or re.fullmatch(r"\d+[smh]", r["for"])
-
-
 def test_pod_monitor_scrapes_the_pods_the_hpa_scales():
     """The metrics chain: PodMonitor -> Prometheus -> adapter rules -> the HPA's metric names."""
     k = _kinds(_docs())
@@ -142,12 +125,15 @@ def test_pod_monitor_scrapes_the_pods_the_hpa_scales():
     assert pm["metadata"]["labels"]["release"] == deploy.PROMETHEUS_RELEASE
     assert not any(k.startswith("prometheus.io/") for k in dep["spec"]["template"]["metadata"].get(
         "annotations", {}))  # the Operator ignores them; only the PodMonitor counts
-    served = {r["name"]["as"] for r in deploy.adapter_values()["rules"]["custom"]}
-    assert {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]} == served
-    _check_pod_monitor(pm)
+    rules = deploy.adapter_values()["rules"]
+    assert {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"} == {
+        r["name"]["as"] for r in rules["custom"]}
+    assert {m["external"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "External"} == {
+        r["name"]["as"] for r in rules["external"]}
+    validate(pm, K8S_VERSIONS[-1])
     bad = {**pm, "spec": {**pm["spec"], "podMetricsEndpoints": [{"port": "http", "intervall": "15s"}]}}
-    with pytest.raises(AssertionError):
-        _check_pod_monitor(bad)
+    with pytest.raises(jsonschema.ValidationError):
+        validate(bad, K8S_VERSIONS[-1])
 
 
 def test_every_container_is_hardened_and_bounded():
@@ -200,7 +186,8 @@ def test_memory_counts_shm_and_one_gpu_serves_qwen3_4b_on_l4():
 
 def test_disruption_budget_and_network_policy():
     k = _kinds(_docs())
-    labels = k["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    labels = k["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert labels.items() <= k["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
     assert k["PodDisruptionBudget"]["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": labels},
                                                 "unhealthyPodEvictionPolicy": "AlwaysAllow"}
     assert k["HorizontalPodAutoscaler"]["spec"]["minReplicas"] >= 2
@@ -211,10 +198,12 @@ def test_disruption_budget_and_network_policy():
     (rule,) = np_["ingress"]
     assert rule["ports"] == [{"port": deploy.PORT, "protocol": "TCP"}]
     peers = [p["podSelector"]["matchLabels"] for p in rule["from"]]
-    assert peers == [deploy.GATEWAY_LABELS, deploy.PROMETHEUS_LABELS]
+    epp = {"app.kubernetes.io/name": "epp", "app.kubernetes.io/instance": "qwen3-4b"}  # the router's pickers
+    assert peers == [deploy.GATEWAY_LABELS, epp, deploy.PROMETHEUS_LABELS]
     # every peer is pinned to a namespace: a "gateway" label elsewhere admits nothing
     assert [p["namespaceSelector"]["matchLabels"] for p in rule["from"]] == [
         {"kubernetes.io/metadata.name": deploy.GATEWAY_NAMESPACE},
+        {"kubernetes.io/metadata.name": deploy.NAMESPACE},
         {"kubernetes.io/metadata.name": deploy.PROMETHEUS_NAMESPACE}]
     spread = k["Deployment"]["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert {t["topologyKey"]: t["whenUnsatisfiable"] for t in spread} == {
@@ -271,12 +260,16 @@ def test_pipeline_stages_and_misfits_are_refused():
 
 def test_hpa_scales_on_running_requests_and_queue_depth():
     hpa = _kinds(_docs(replicas=(2, 6), queue_target=4.0))["HorizontalPodAutoscaler"]
-    running, waiting = hpa["spec"]["metrics"]
-    assert running["type"] == waiting["type"] == "Pods"
+    running, waiting, router = hpa["spec"]["metrics"]
+    assert running["type"] == waiting["type"] == "Pods" and router["type"] == "External"
     assert running["pods"]["metric"]["name"] == "vllm_num_requests_running"
     assert running["pods"]["target"] == {"type": "AverageValue", "averageValue": "12"}  # 3/4 of 16 seqs
     assert waiting["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
     assert waiting["pods"]["target"] == {"type": "AverageValue", "averageValue": "4"}
+    # the router's queue, per replica (AverageValue divides by the replica count), this deployment's only
+    assert router["external"] == {"metric": {"name": deploy.ROUTER_QUEUE_METRIC, "selector": {
+        "matchLabels": {"app_kubernetes_io_instance": "qwen3-4b"}}}, "target": {"type": "AverageValue",
+                                                                               "averageValue": "4"}}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
     assert hpa["spec"]["scaleTargetRef"]["name"] == "qwen3-4b"
     assert hpa["spec"]["behavior"] == deploy.HPA_BEHAVIOR
@@ -284,13 +277,17 @@ def test_hpa_scales_on_running_requests_and_queue_depth():
     # vLLM's gauges are vllm:num_requests_*; the adapter rules rename them to the HPA's metrics.
     assert deploy.QUEUE_METRIC == "vllm:num_requests_waiting"
     assert deploy.RUNNING_METRIC == "vllm:num_requests_running"
-    rules = deploy.adapter_values()["rules"]["custom"]
-    for rule, metric, gauge in zip(rules, (running, waiting), (deploy.RUNNING_METRIC, deploy.QUEUE_METRIC),
-                                   strict=True):
+    rules = deploy.adapter_values()["rules"]
+    gauges = (deploy.RUNNING_METRIC, deploy.QUEUE_METRIC)
+    for rule, metric, gauge in zip(rules["custom"], (running, waiting), gauges, strict=True):
         assert rule["name"]["as"] == metric["pods"]["metric"]["name"] == gauge.replace(":", "_")
         assert re.fullmatch(rule["name"]["matches"], gauge)
         assert rule["seriesQuery"].startswith(gauge + "{")
         assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
+    (ext,) = rules["external"]
+    assert ext["name"]["as"] == deploy.ROUTER_QUEUE_METRIC
+    assert ext["seriesQuery"].startswith(deploy.ROUTER_QUEUE_METRIC)
+    assert set(ext["resources"]["overrides"]) == {"namespace"}  # the HPA's namespace filters it
     prom = deploy.adapter_values("http://prom.x.svc:9091")["prometheus"]
     assert prom == {"url": "http://prom.x.svc", "port": 9091}
     half = _kinds(_docs(queue_target=2.5))["HorizontalPodAutoscaler"]["spec"]["metrics"][1]["pods"]["target"]
@@ -309,8 +306,8 @@ def test_keda_scaled_object_structure():
     assert "cooldownPeriod" not in so["spec"] and so["spec"]["pollingInterval"] > 0
     assert so["spec"]["fallback"] == {"failureThreshold": 3, "replicas": 4}  # Prometheus down: hold max
     assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == deploy.HPA_BEHAVIOR
-    running, waiting = so["spec"]["triggers"]
-    for trig in (running, waiting):
+    running, waiting, router = so["spec"]["triggers"]
+    for trig in (running, waiting, router):
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
         md = trig["metadata"]
         assert set(md) == {"serverAddress", "query", "threshold"} and md["serverAddress"].startswith("http://")
@@ -318,7 +315,10 @@ def test_keda_scaled_object_structure():
     pick = 'namespace="default",app_kubernetes_io_instance="qwen3-4b",model_name="Qwen/Qwen3-4B"'
     assert running["metadata"]["query"] == f"sum(vllm:num_requests_running{{{pick}}})"
     assert waiting["metadata"]["query"] == f"sum(vllm:num_requests_waiting{{{pick}}})"
-    assert (running["metadata"]["threshold"], waiting["metadata"]["threshold"]) == ("12", "4")
+    assert router["metadata"]["query"] == (
+        'sum(inference_extension_flow_control_queue_size{namespace="default",app_kubernetes_io_instance="qwen3-4b"})')
+    thresholds = [t["metadata"]["threshold"] for t in (running, waiting, router)]
+    assert thresholds == ["12", "4", "4"]
     committed = yaml.safe_load((K8S / "optional" / "keda-scaledobject.yaml").read_text())
     assert committed["spec"]["scaleTargetRef"]["name"] == _kinds(_docs())["Deployment"]["metadata"]["name"]
 
@@ -367,6 +367,17 @@ def test_dockerfile_matches_the_deployment():
     entry = json.loads(next(ln for ln in lines if ln.startswith("ENTRYPOINT ")).removeprefix("ENTRYPOINT "))
     assert 'exec vllm serve "$MODEL" --revision "$REVISION"' in entry[2]
     assert deploy.VLLM_IMAGE in (REPO / "deploy" / "README.md").read_text()
+
+
+def test_the_readme_lists_every_file():
+    """deploy/README.md's table names every file under deploy/ (and the commands use the files' names)."""
+    readme = (REPO / "deploy" / "README.md").read_text()
+    for path in sorted((REPO / "deploy").rglob("*")):
+        rel = path.relative_to(REPO / "deploy").as_posix()
+        if path.is_file() and rel != "README.md":
+            assert f"`{rel}`" in readme, rel
+    for job in (d for _, d in committed_docs() if d["kind"] == "Job"):  # kubectl wait / logs job/NAME
+        assert f"job/{job['metadata']['name']}" in readme, job["metadata"]["name"]
 
 
 def _hadolint():

@@ -12,18 +12,43 @@ from labkit.production import deploy, k8s_checks
 
 K8S = REPO / "deploy" / "k8s"
 QWEN = load_config("Qwen3-4B")
+# what `kubectl apply -f deploy/k8s/` applies
+CORE = ("vllm.yaml", "storage.yaml", "alerts.yaml", "routing.yaml", "observability.yaml")
+
+
+def _load(rel):
+    return list(yaml.safe_load_all((K8S / rel).read_text()))
+
+
+def configurations(files):
+    """Each way deploy/README.md applies the files, as the cluster then holds them (later replaces
+    earlier): the folder alone, then with each optional file; KEDA replaces the HPA."""
+    core = [files(f) for f in CORE]
+    keda = [[d for d in core[0] if d["kind"] != "HorizontalPodAutoscaler"], *core[1:],
+            files("optional/keda-scaledobject.yaml")]
+    return {"default": k8s_checks.applied(*core), "keda": k8s_checks.applied(*keda),
+            **{opt: k8s_checks.applied(*core, files(f"optional/{opt}.yaml"))
+               for opt in ("canary", "loadtest", "warm-pool")}}
 
 
 def _committed():
-    return [d for p in sorted(K8S.rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())]
+    return configurations(_load)
+
+
+def _bundle(gpu="L4"):
+    b = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu=gpu)
+    return configurations(lambda rel: b[rel])
 
 
 def _fresh():
-    return [d for docs in deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4").values() for d in docs]
+    """The folder as applied, plus KEDA's ScaledObject (the rules must hold for either autoscaler)."""
+    b = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
+    return k8s_checks.applied(*(b[f] for f in CORE), b["optional/keda-scaledobject.yaml"])
 
 
 def _find(docs, kind):
-    (doc,) = [d for d in docs if d.get("kind") == kind]
+    found = k8s_checks.servers(docs) if kind == "Deployment" else [d for d in docs if d.get("kind") == kind]
+    (doc,) = found
     return doc
 
 
@@ -42,9 +67,11 @@ def _set_flag(docs, flag, value):
 
 @pytest.mark.parametrize("gpu", ["L4", "H100", "A100-80GB"])
 def test_the_generated_and_committed_manifests_break_no_rule(gpu):
-    assert k8s_checks.problems(_committed()) == []
-    docs = [d for ds in deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu=gpu).values() for d in ds]
-    assert k8s_checks.problems(docs) == []
+    for name, docs in _committed().items():
+        assert k8s_checks.problems(docs) == [], name
+    for name, docs in _bundle(gpu).items():
+        assert k8s_checks.problems(docs) == [], name
+    assert k8s_checks.problems(_fresh()) == []
 
 
 def _replicas_beside_hpa(docs):
@@ -172,7 +199,7 @@ def test_the_drain_covers_the_longest_stream_and_the_grace_covers_the_drain():
     assert 60 < stream <= deploy.SHUTDOWN_TIMEOUT_S  # minutes, as a real 8k-token stream runs
     assert deploy.longest_stream_s("Qwen/Qwen3-4B", QWEN, "H100", 8192) < stream  # more bandwidth
     assert deploy.GRACE_S > deploy.DRAIN_S == deploy.PRESTOP_S + deploy.SHUTDOWN_TIMEOUT_S
-    pod = _find(_committed(), "Deployment")["spec"]["template"]["spec"]
+    pod = _find(_committed()["default"], "Deployment")["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == deploy.GRACE_S
     docs = deploy.manifests("Qwen/Qwen3-4B", QWEN, gpu="L4", shutdown_timeout_s=120)
     short = docs[0]["spec"]["template"]["spec"]

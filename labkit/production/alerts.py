@@ -1,7 +1,8 @@
 """Alerts as code for chapter 08's vLLM deployment: a ``PrometheusRule`` (Prometheus Operator) with
 multi-window, multi-burn-rate SLO alerts (Google's SRE workbook, "Alerting on SLOs") on vLLM's
 time-to-first-token and inter-token-latency histograms and on the API's 5xx ratio, plus saturation
-alerts on KV-cache usage and preemptions and one for a broken metrics chain.
+alerts on KV-cache usage, preemptions and requests the router refuses, and one for a broken metrics
+chain.
 
 Every series is picked by namespace and instance (:func:`labkit.production.k8s.series`: the
 PodMonitor copies the pod's ``app.kubernetes.io/instance`` label onto it), so two models or two
@@ -36,6 +37,9 @@ SLOS: dict[str, dict[str, Any]] = {
 # the long one for significance, the short one so the alert clears soon after the burn stops.
 BURN_TIERS = (("page", 14.4, "1h", "5m", "2m"), ("ticket", 6.0, "6h", "30m", "15m"))
 KV_USAGE_WARN = 0.95  # vllm:kv_cache_usage_perc is a fraction: 1 means full
+# The router's (labkit.production.routing) queue-time histogram, by outcome: requests it gave up on.
+ROUTER_QUEUE_WAIT = "inference_extension_flow_control_request_queue_duration_seconds"
+ROUTER_DROPS = "EvictedTTL|RejectedCapacity"
 BY = f"namespace, {INSTANCE_LABEL}"
 
 
@@ -90,6 +94,13 @@ def prometheus_rule(name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
          "for": "15m", "labels": {"severity": "warning"},
          "annotations": {"summary": "vLLM keeps preempting requests (KV cache exhausted): their "
                                     "work is recomputed, latency climbs"}},
+        {"alert": "VLLMRouterDropping",
+         "expr": f'sum by ({BY}) (rate({ROUTER_QUEUE_WAIT}_count{{{sel},outcome=~"{ROUTER_DROPS}"}}[10m]))'
+                 " > 0",
+         "for": "10m", "labels": {"severity": "warning"},
+         "annotations": {"summary": "the router refuses requests (queue wait past its TTL, or queue full): "
+                                    "they never reach vLLM, so the 5xx ratio above misses them; add "
+                                    "replicas"}},
         {"alert": "VLLMMetricsAbsent",
          "expr": f"absent(vllm:num_requests_running{{{sel}}})",
          "for": "10m", "labels": {"severity": "warning"},

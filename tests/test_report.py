@@ -436,8 +436,8 @@ def test_make_report_runs_then_reuses_and_writes_an_offline_site(tmp_path, monke
     assert report["chapters"]["production"]["state"] == "no notebook yet"
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     mine = f"machines/{machines.slug(*MACHINE)}.json"
-    assert files == {"index.html", "results.json", "chapters/lab.css", "chapters/00_setup.html",
-                     "chapters/04_gpu_hardware.html", mine}
+    assert files == {"index.html", "glossary.html", "results.json", "chapters/lab.css",
+                     "chapters/00_setup.html", "chapters/04_gpu_hardware.html", mine}
     assert site.page_digest((out / "chapters" / "00_setup.html").read_text()) == "d0"
     assert report["chapters"]["setup"]["digest"] == "d0"
     setup = json.loads((out / mine).read_text())["chapters"]["setup"]

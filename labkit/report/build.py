@@ -12,7 +12,8 @@ digest changed. ``--rerun`` runs every chapter; ``--chapters`` picks some (the o
 when fresh, else left "not measured").
 
 Writes into ``--out`` (default ``reports/``): ``index.html`` (the claims table), ``chapters/<notebook>.html``
-(the executed chapters, offline, each stamped with its digest) with their ``lab.css``,
+(the executed chapters, offline, each stamped with its digest) with their ``lab.css``, ``glossary.html``
+(``notebooks/glossary.md``, which the chapter pages link to),
 ``results.json`` (everything, with each chapter's digest) and ``machines/<machine>.json`` (this
 machine's figures and verdicts; the files other machines left there are shown beside this one's).
 No absolute path of the machine is written: the checkout becomes ``.`` and the home folder ``~``.
@@ -32,6 +33,7 @@ from ..chapters import CHAPTERS, available, digest, names, resolve, run_chapter
 from ..paths import REPO
 from ..results import load, machine_key, source
 from ..settings import profile
+from .glossary import render_glossary
 from .ledger import load_ledger
 from .machines import read_machines, relative_paths, write_machine
 from .page import index_page
@@ -150,6 +152,7 @@ def build(out: Path, chapters: list[str] | None = None, rerun: bool = False, tim
     for old in pages.glob("*.html"):
         if old.name not in written:
             old.unlink()
+    render_glossary(out / "glossary.html", css=f"{pages.name}/lab.css")
     report = {"machine": machine, "device": device, "date": datetime.datetime.now().astimezone().isoformat(
         timespec="seconds"), "source": source(), "profile": profile().name, "summary": summary(rows),
         "by_kind": by_kind(rows), "chapters": info, "rows": rows, "results": results}

@@ -207,7 +207,7 @@ repeated runs lies on both sides of the expectation. <b>needs a GPU</b>: only a 
 computed expectation is shown. <b>not measured</b>: the chapter did not record the value.</p>
 <h2>Chapters</h2>
 <p class="small">Each page is the chapter as it ran for this report, with its outputs and plots; nothing
-needs to run to read it.</p>
+needs to run to read it. The terms they use: the <a href="glossary.html">glossary</a>.</p>
 <table><tr><th>#</th><th>chapter</th><th>executed notebook</th><th>this report</th><th>recorded</th>
 <th>verdicts</th></tr>
 {chapter_rows(report["chapters"], report["rows"])}

@@ -118,16 +118,18 @@ def render_notebook(src: Path, dest: Path, title: str, exp=None, digest: str = "
     """Render the executed notebook ``src`` to ``dest`` (HTML, opens offline; ``lab.css`` must sit
     next to it, see :func:`write_css`), stamped with the chapter's ``digest`` (the staleness test
     compares it with the tree's) and with the machine's absolute paths taken out
-    (:func:`labkit.report.machines.unpath`). Returns the page's size in bytes."""
+    (:func:`labkit.report.machines.unpath`); its links to ``glossary.md`` lead to the report's
+    ``../glossary.html`` (:func:`labkit.report.glossary.link_glossary`). Returns the page's size in bytes."""
     import nbformat
 
+    from .glossary import link_glossary
     from .machines import unpath
 
     exp = exp or exporter()
     nb = offline_notebook(nbformat.read(src, as_version=4))
     body, _ = exp.from_notebook_node(nb, resources={"metadata": {"name": title}})
     body = body.replace("<head>", f'<head>\n<meta name="labkit-digest" content="{digest}">', 1)
-    body = unpath(body)
+    body = link_glossary(unpath(body))
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(body)
     return len(body.encode())

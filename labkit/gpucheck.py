@@ -19,11 +19,10 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .hardware import capability, machine, microbench, roofline
 from .hardware.catalog import CATALOG_DTYPE, Accelerator, datasheet_tflops, match_accelerator
 from .llm import architecture, decode, memory
+from .stats import percentile
 
 MATMUL_N = 8192  # n of the n x n matmuls: 1.1e12 FLOPs each, large enough to reach the peak
 BANDWIDTH_BYTES = 1 << 30  # 1 GiB copied into another 1 GiB buffer
@@ -181,7 +180,7 @@ def section_model(ctx: Context) -> str:
           f"{f['weights'] / 1e9:.2f} GB in {ctx.dtype}, random weights made on {ctx.device} in "
           f"{f['build_s']:.1f} s; attention {model.config._attn_implementation}")
     print(f"decode        {ctx.tokens} greedy tokens at batch 1 after a {f['prompt_tokens']}-token prompt: "
-          f"median {float(np.median(times)) * 1e3:.2f} ms/token (p90 {np.percentile(times, 90) * 1e3:.2f}) "
+          f"median {percentile(times, 50) * 1e3:.2f} ms/token (p90 {percentile(times, 90) * 1e3:.2f}) "
           f"= {tps:.1f} tokens/s")
     print(f"KV cache      {f['kv'] / 1e6:.1f} MB at {f['context']} tokens (kvcache.kv_cache_bytes_for_config)"
           + (f", the cache object holds {f['cache_bytes'] / 1e6:.1f} MB" if f["cache_bytes"] is not None

@@ -4,7 +4,7 @@ the figures ``notebooks/03_llm_internals.ipynb`` records, and each names the uni
 
 The chapter's claims (prefill against decode, what the KV cache saves, SwiGLU's nonlinearity, the MoE
 and KV sizes) are judged by the ledger, ``data/claims/03_internals.toml``; parameter counts from the
-shipped configs and seeded sampling are unit tests (``tests/test_architecture.py``,
+shipped configs and seeded sampling are unit tests (``tests/test_llm_architecture.py``,
 ``tests/test_sampling.py``).
 """
 

@@ -196,3 +196,20 @@ def test_run_values_exposes_a_spread(monkeypatch, tmp_path):
     results.record("setup", "flag", True)
     v = checks.run_values("setup")
     assert v == {"speedup": 1.4, "speedup.lo": 1.1, "speedup.hi": 1.6, "speedup.n": 5, "flag": True}
+
+
+def test_findings_sentence_judges_only_what_this_run_recorded(monkeypatch, tmp_path):
+    """The "What we learned" sentence never reports a previous run's verdicts, and leaves the claims whose
+    figures come further down the page to the closing table (counting them)."""
+    from labkit import results
+    from labkit.report.claims_table import findings_sentence, unrecorded
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    mine = [c for c in load_ledger() if c.chapter == "setup" and c.expect and ":" not in c.key
+            and "/" not in c.key and c.evidence != "gpu"]
+    results.unmeasured("setup", mine[0].key, "no such tool here")  # an earlier kernel's figure
+    monkeypatch.setattr(results, "RUN_ID", "a-new-kernel-process")
+    assert findings_sentence("setup").startswith("This run has recorded no figure")
+    results.unmeasured("setup", mine[0].key, "no such tool here")  # this run: one figure so far
+    later = unrecorded("setup", results.load("setup"))
+    assert later and f"{len(later)} more, on figures recorded further down" in findings_sentence("setup")

@@ -239,7 +239,8 @@ def test_by_prompt_kind_takes_medians_per_kind():
 
 @pytest.mark.parametrize(("long_tpot", "words"), [(61.0, "stayed within 10%"),
                                                   (79.7, "by much less than TTFT"),
-                                                  (200.0, "did not separate")])
+                                                  (200.0, "did not separate"),
+                                                  (53.0, "TPOT fell while TTFT rose")])
 def test_prompt_length_sentence_follows_the_numbers(long_tpot, words):
     fig = {"short": {"ttft_ms": 106.0, "tpot_ms": 60.4}, "long": {"ttft_ms": 452.0, "tpot_ms": long_tpot}}
     text = metrics.prompt_length_sentence(fig)

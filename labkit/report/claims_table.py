@@ -78,11 +78,18 @@ JUDGED = ("holds", "does not hold here", "wrong", "depends", "inconclusive")  # 
 
 
 def findings_sentence(chapter: str) -> str:
-    """How ``chapter``'s claims fared on its last recorded run, as a sentence for its "What we learned"
+    """How ``chapter``'s claims fared on **this** run so far, as a sentence for its "What we learned"
     cell (every chapter): how many of those judged on a figure held, then each that did not, with its
-    verdict, figure and expectation; the rest (a GPU needed, not checkable offline) counted apart."""
+    verdict, figure and expectation; the rest (a GPU needed, not checkable offline) counted apart. Claims
+    whose figure this run has not recorded yet (a "Going further" section further down records it) are
+    left to the table at the chapter's end, and counted; a previous run's figures are never used."""
+    from ..results import RUN_ID
+
     data = load(chapter)
-    rows = chapter_claims(chapter, data) if data else []
+    if not data or data.get("run") != RUN_ID:
+        return "This run has recorded no figure for the chapter's claims yet: the closing table judges them."
+    later = {cid for cid, _ in unrecorded(chapter, data)}
+    rows = [r for r in chapter_claims(chapter, data) if r["id"] not in later]
     judged = [r for r in rows if r["verdict"] in JUDGED]
     missed = [r for r in judged if r["verdict"] != "holds"]
     held = len(judged) - len(missed)
@@ -90,6 +97,8 @@ def findings_sentence(chapter: str) -> str:
     rest = Counter(r["verdict"] for r in rows if r["verdict"] not in JUDGED)
     if rest:
         text += " (besides: " + ", ".join(f"{n} {v}" for v, n in rest.items()) + ")"
+    if later:
+        text += f"; {len(later)} more, on figures recorded further down, are judged in the table at the end"
     if not missed:
         return text + "."
     return text + "; did not hold as stated here: " + "; ".join(

@@ -201,10 +201,15 @@ def prompt_length_sentence(fig: Mapping[str, Mapping[str, float]], short: str = 
             f"({t_x:.1f}x) and the median TPOT {a['tpot_ms']:.1f} -> {b['tpot_ms']:.1f} ms ({p_ch:+.0%}): ")
     if abs(p_ch) <= flat:
         return head + "TPOT stayed within 10%, since each decode step still handles one token."
-    if p_ch > 0 and t_x - 1 > 2 * p_ch:
+    if p_ch < 0 and t_x > 1:
+        return head + ("TPOT fell while TTFT rose: the prompt's length showed in the first token only, since "
+                       "each decode step still handles one token.")
+    if p_ch < 0:
+        return head + "both fell."
+    if t_x - 1 > 2 * p_ch:
         return head + ("TPOT grew too, but by much less than TTFT: a decode step handles one token, yet "
                        "attends over a longer context.")
-    return head + "TPOT moved about as much as TTFT here, so prompt length did not separate the two phases."
+    return head + "TPOT grew about as much as TTFT here, so prompt length did not separate the two phases."
 
 
 def knee_sentence(summaries: Sequence[Mapping[str, Any]], flat: float = 0.10) -> str:

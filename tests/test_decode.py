@@ -127,6 +127,7 @@ def test_interleaved_decode_alternates_the_models(llama, monkeypatch):
     assert set(res) == {"a", "b"}
     for r in res.values():
         assert r["prefill_s"] > 0 and r["tps"] > 0 and r["context"] == 4 + decode.DECODE_WARMUP + 3
+        assert len(r["tps_rounds"]) == 2 and r["tps"] == pytest.approx(float(np.median(r["tps_rounds"])))
 
 
 class _Wrap:

@@ -111,7 +111,8 @@ def interleaved_decode(models: dict[str, Any], prompt_ids: Any, prefill_ids: Any
     prefill of ``prefill_ids`` (:func:`prefill_seconds`), a greedy decode of ``tokens`` tokens after
     ``prompt_ids`` (:func:`greedy_decode`) and then the copy bandwidth, so background load on a shared
     machine hits them all alike. Returns (name -> ``{"prefill_s"``: median seconds, ``"tps"``: median
-    tokens/s, ``"context"``: tokens in the cache at the end``}``, every bandwidth sample in bytes/s)."""
+    tokens/s, ``"tps_rounds"``: each round's tokens/s, ``"context"``: tokens in the cache at the end``}``,
+    every bandwidth sample in bytes/s)."""
     runs: dict[str, dict[str, list[float]]] = {name: {"prefill_s": [], "tps": []} for name in models}
     bandwidths = []
     for _ in range(rounds):
@@ -124,7 +125,7 @@ def interleaved_decode(models: dict[str, Any], prompt_ids: Any, prefill_ids: Any
             bandwidths.append(microbench.memory_bandwidth(device, repeats=3)["gbps_best"] * 1e9)
     context = int(prompt_ids.shape[-1]) + DECODE_WARMUP + tokens
     return ({name: {"prefill_s": float(np.median(r["prefill_s"])), "tps": float(np.median(r["tps"])),
-                    "context": context} for name, r in runs.items()}, bandwidths)
+                    "tps_rounds": r["tps"], "context": context} for name, r in runs.items()}, bandwidths)
 
 
 def step_figures(params: float, weight_bytes: float, kv_bytes: float, prefill_tokens: int,

@@ -106,7 +106,7 @@ def prefill_seconds(model: Any, ids: Any, device: str = "cpu", repeats: int = 3)
 
 
 def interleaved_decode(models: dict[str, Any], prompt_ids: Any, prefill_ids: Any, device: str = "cpu",
-                       tokens: int = 32, rounds: int = 2) -> tuple[dict[str, dict[str, float]], list[float]]:
+                       tokens: int = 32, rounds: int = 2) -> tuple[dict[str, dict[str, Any]], list[float]]:
     """Measure several models side by side: each of ``rounds`` rounds times, model after model, a
     prefill of ``prefill_ids`` (:func:`prefill_seconds`), a greedy decode of ``tokens`` tokens after
     ``prompt_ids`` (:func:`greedy_decode`) and then the copy bandwidth, so background load on a shared

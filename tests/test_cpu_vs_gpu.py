@@ -84,12 +84,17 @@ def test_thread_scaling_restores_threads_when_a_kernel_fails(monkeypatch):
     assert torch.get_num_threads() == before
 
 
-def test_bar_plot_has_one_bar_group_per_side():
+def test_bar_plot_has_one_labelled_panel_per_quantity():
     import matplotlib
 
     matplotlib.use("Agg")
     zen2_cpu = {"physical_cores": 2, "logical_cores": 2, "isa": EPYC_ZEN2}
     cpu = cpu_vs_gpu.cpu_side(zen2_cpu, "AVX2", None, 40e9, 8e9)
     fig = cpu_vs_gpu.bar_plot([cpu, cpu_vs_gpu.gpu_side(ACCELERATORS["RTX 3060 12GB"])])
-    ax = fig.axes[0]
-    assert ax.get_yscale() == "log" and len(ax.containers) == 2 and len(ax.containers[0]) == 4
+    assert len(fig.axes) == len(cpu_vs_gpu.PANELS)
+    for ax, (what, (unit, _)) in zip(fig.axes, cpu_vs_gpu.PANELS.items(), strict=True):
+        assert ax.get_title() == what and ax.get_ylabel().startswith(unit)
+        assert len(ax.containers) == 1 and len(ax.containers[0]) == 2  # one bar per side
+    lanes, clock = fig.axes[0], fig.axes[1]
+    assert lanes.get_yscale() == "log" and "log scale" in lanes.get_ylabel()  # 16 vs 3,584 lanes
+    assert "n/a" in [t.get_text() for t in clock.texts]  # no clock given for the CPU

@@ -153,22 +153,40 @@ def thread_scaling(threads: Sequence[int] = (1, 2), rounds: int = 3, n: int = 10
             "cpu_count": os.cpu_count() or 1}
 
 
-def bar_plot(rows: Sequence[Mapping[str, Any]], title: str = "CPU vs GPU (log scale)") -> Any:
-    """Grouped bars, log scale: fp32 lanes, clock (GHz), fp32 TFLOP/s and bandwidth (GB/s) per row."""
+#: The panels of :func:`bar_plot`: title, y-axis unit, and the figure read from a row.
+PANELS: dict[str, tuple[str, Any]] = {
+    "fp32 lanes": ("lanes", lambda r: r["lanes"]),
+    "clock": ("GHz", lambda r: r["clock_ghz"] or np.nan),
+    "fp32 compute": ("TFLOP/s", lambda r: r["fp32_flops"] / 1e12),
+    "memory bandwidth": ("GB/s", lambda r: r["bandwidth"] / 1e9),
+}
+
+
+def _bar_text(v: float) -> str:
+    return "" if v != v else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def bar_plot(rows: Sequence[Mapping[str, Any]], title: str = "CPU vs GPU") -> Any:
+    """One small panel per quantity of :data:`PANELS` (fp32 lanes, clock, fp32 TFLOP/s, bandwidth),
+    each with its unit on its y axis and one bar per row, its value written on it. A panel whose bars
+    span more than 10x gets a log axis (said in its label). A row without a clock shows "n/a"."""
     import matplotlib.pyplot as plt
 
-    metrics = {"fp32 lanes": lambda r: r["lanes"], "clock (GHz)": lambda r: r["clock_ghz"] or np.nan,
-               "fp32 TFLOP/s": lambda r: r["fp32_flops"] / 1e12,
-               "bandwidth (GB/s)": lambda r: r["bandwidth"] / 1e9}
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    x, width = np.arange(len(metrics)), 0.8 / len(rows)
-    for i, r in enumerate(rows):
-        label = r["name"] + (" (measured)" if r["measured"] else " (datasheet)")
-        ax.bar(x + i * width, [f(r) for f in metrics.values()], width, label=label)
-    ax.set_xticks(x + width * (len(rows) - 1) / 2, list(metrics))
-    ax.set_yscale("log")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    fig.tight_layout()
+    names = [r["name"] + ("\n(measured)" if r["measured"] else "\n(datasheet)") for r in rows]
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(3.1 * len(PANELS), 3.6), layout="constrained")
+    for ax, (what, (unit, figure)) in zip(axes, PANELS.items(), strict=True):
+        values = [float(figure(r)) for r in rows]
+        bars = ax.bar(range(len(rows)), values, color=[f"C{i}" for i in range(len(rows))])
+        ax.bar_label(bars, labels=[_bar_text(v) for v in values], fontsize=8)  # a NaN bar gets none
+        for i in (i for i, v in enumerate(values) if v != v):
+            ax.text(i, 0.02, "n/a", transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
+        shown = [v for v in values if v == v and v > 0]
+        log = bool(shown) and max(shown) > 10 * min(shown)
+        if log:
+            ax.set_yscale("log")
+        ax.margins(y=0.15)  # room for the value above the tallest bar
+        ax.set_xticks(range(len(rows)), names, fontsize=7)
+        ax.set(title=what, ylabel=unit + (", log scale" if log else ""))
+        ax.grid(True, axis="y", which="major", alpha=0.3)
+    fig.suptitle(title)
     return fig

@@ -149,3 +149,12 @@ def test_a_layer_below_zero_everywhere_is_said():
     text = decode_gap.gap_sentences(g)
     assert "(below zero on every request)" in text.splitlines()[6]
     assert "the largest layer" not in text and "no layer added time in this run" in text
+
+
+def test_a_layer_that_rounds_to_zero_prints_no_minus_sign():
+    g = decode_gap.decode_layers([record(0, 0.1, 0.025, server_tps=50.0, prefill=0.09)], 100.0)
+    g["delivery_ms"] = {"median": -0.004, "lo": -0.001, "hi": 0.1, "n": 1}
+    g["ttft_minus_prefill_ms"] = {"median": -0.01, "lo": -0.04, "hi": 1.0, "n": 1}
+    text = decode_gap.gap_sentences(g)
+    assert "-0.00" not in text and "-0.0 " not in text and "+0.00 ms [+0.00, +0.10]" in text
+    assert "waited 0.0 ms [0.0, 1.0]" in text

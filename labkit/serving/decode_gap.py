@@ -152,6 +152,12 @@ def decode_layers(records: Sequence[RequestRecord], bench_tps: float,
     return g
 
 
+def _nz(x: float, digits: int) -> float:
+    """``x`` rounded to ``digits`` decimals, without a negative zero: a layer of -0.004 ms prints
+    as +0.00, not -0.00."""
+    return round(x, digits) + 0.0
+
+
 def gap_sentences(g: Mapping[str, Any], threads: int | None = None, cpus: int | None = None) -> str:
     """:func:`decode_layers`'s result in words: each rate, the ratios, and the milliseconds per token
     each layer added between the model step and the client's TPOT (a layer whose requests fell on
@@ -178,10 +184,11 @@ def gap_sentences(g: Mapping[str, Any], threads: int | None = None, cpus: int | 
         d = g[f"{k}_ms"]
         noise = ("  (within this run's noise)" if d["lo"] < 0 < d["hi"]
                  else "  (below zero on every request)" if d["hi"] <= -0.005 else "")
-        lines.append(f"  {d['median']:+6.2f} ms [{d['lo']:+.2f}, {d['hi']:+.2f}] {LAYERS[k]}{noise}")
+        lines.append(f"  {_nz(d['median'], 2):+6.2f} ms [{_nz(d['lo'], 2):+.2f}, {_nz(d['hi'], 2):+.2f}] "
+                     f"{LAYERS[k]}{noise}")
     added = [k for k in g["layers"] if g[f"{k}_ms"]["median"] > 0]
     big = max(added, key=lambda k: g[f"{k}_ms"]["median"]) if added else None
-    total = sum(g[f"{k}_ms"]["median"] for k in g["layers"])
+    total = _nz(sum(g[f"{k}_ms"]["median"] for k in g["layers"]), 2)
     lines.append(f"together {total:+.2f} ms per token on a model step of {g['model_ms_per_token']:.2f} ms; "
                  + (f"the largest layer: {big}" if big else "no layer added time in this run"))
     cpus = cpus or os.cpu_count()
@@ -189,8 +196,8 @@ def gap_sentences(g: Mapping[str, Any], threads: int | None = None, cpus: int | 
         lines.append(f"llama.cpp's {threads} threads take all {cpus} logical CPUs here: the server's HTTP "
                      "work and the client run on the cores the model decodes on")
     t = g["ttft_minus_prefill_ms"]
-    lines.append(f"before the first token the client waited {t['median']:.1f} ms "
-                 f"[{t['lo']:.1f}, {t['hi']:.1f}] beyond the server's prefill "
+    lines.append(f"before the first token the client waited {_nz(t['median'], 1):.1f} ms "
+                 f"[{_nz(t['lo'], 1):.1f}, {_nz(t['hi'], 1):.1f}] beyond the server's prefill "
                  "(request parsing, chat template, tokenization, HTTP)")
     return "\n".join(lines)
 

@@ -3,12 +3,11 @@ small mutation of the chapter's real code path (the audio handed over at the wro
 misreads its frames, a judge fed the wrong pixel range, a CFG cutoff one step late), computes the figure
 as the notebook does, and sees the check fail; the unbroken code path holds it."""
 
-import inspect
 import json
-import textwrap
 
 import numpy as np
 import pytest
+from mutation import mutated
 
 from labkit.checks import outcome
 from labkit.media import asr, asr_stream, diffusion, digits
@@ -16,16 +15,6 @@ from labkit.media.wer import wer
 
 TEXTS = json.loads((asr.AUDIO_DIR / "texts.json").read_text())
 
-
-def mutated(fn, *edits: tuple[str, str]):
-    """``fn`` recompiled from its own source with each ``(old, new)`` text edit (each must apply)."""
-    src = textwrap.dedent(inspect.getsource(fn))
-    for old, new in edits:
-        assert old in src, f"{fn.__name__}'s source no longer has {old!r}"
-        src = src.replace(old, new)
-    namespace = dict(fn.__globals__)
-    exec(compile(src, inspect.getsourcefile(fn) or "<mutated>", "exec"), namespace)
-    return namespace[fn.__name__]
 
 
 @pytest.mark.slow

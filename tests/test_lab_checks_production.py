@@ -4,12 +4,11 @@ first token, a static gate that does not wait for its group, one that drops a re
 monitor that maps llama-server's decode calls to tokens) against the loopback fake server or captured
 /metrics, computes the figure as the notebook does, and sees the check fail; the real code holds it."""
 
-import inspect
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from mutation import mutated
 
 from labkit.checks import outcome
 from labkit.engines.fakeserver import fake_server
@@ -22,16 +21,6 @@ WORK = batching.workload(16, seed=0)  # the chapter's mix: 16 requests, one in f
 SERVER = dict(step_s=0.004, batch_cost_s=0.0005, prefill_s=0.01)
 DATA = Path(__file__).parent / "data"
 
-
-def mutated(fn, *edits: tuple[str, str]):
-    """``fn`` recompiled from its own source with each ``(old, new)`` text edit (each must apply)."""
-    src = textwrap.dedent(inspect.getsource(fn))
-    for old, new in edits:
-        assert old in src, f"{fn.__name__}'s source no longer has {old!r}"
-        src = src.replace(old, new)
-    namespace = dict(fn.__globals__)
-    exec(compile(src, inspect.getsourcefile(fn) or "<mutated>", "exec"), namespace)
-    return namespace[fn.__name__]
 
 
 def rounds(n: int = 1) -> list[dict]:

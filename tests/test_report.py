@@ -49,7 +49,8 @@ def recorded_by_notebooks() -> dict[str, set[str]]:
             if cell.cell_type != "code":
                 continue
             for node in ast.walk(ast.parse(cell.source)):
-                if isinstance(node, ast.Constant | ast.JoinedStr) and (pattern := _key_pattern(node)):
+                pattern = _key_pattern(node) if isinstance(node, ast.Constant | ast.JoinedStr) else None
+                if pattern and re.search(r"\w", pattern.replace(".+", "")):  # f"{x}" alone matches anything
                     keys.add(pattern)
                 if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) \
                         == "record":

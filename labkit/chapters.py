@@ -28,6 +28,7 @@ CHAPTERS: dict[str, str] = {
     "hardware": "04_gpu_hardware.ipynb",
     "stack": "05_software_stack.ipynb",
     "optimization": "06_optimization.ipynb",
+    "speculation": "06b_speculation_caching.ipynb",
     "beyond": "07_beyond_llms.ipynb",
     "production": "08_production.ipynb",
 }

@@ -1,5 +1,5 @@
 """Prefix caching on a real server: vLLM's hit vs miss TTFT, and its hit rate from ``/metrics``
-(chapter 06).
+(chapter 06b).
 
 vLLM caches prefixes by default (``--enable-prefix-caching``): the KV blocks of a prompt are kept
 under a hash of every token up to them, so a later prompt that starts with the same tokens reuses

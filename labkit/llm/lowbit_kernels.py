@@ -128,3 +128,20 @@ def fused_int8_model(model: nn.Module) -> tuple[nn.Module, int]:
         setattr(m.get_submodule(parent) if parent else m, child, fused)
         nbytes += fused.nbytes()
     return m, nbytes
+
+
+def int8_step_distance(model: nn.Module) -> float:
+    """Chapter 06's check that labkit's INT8 rounding is right: the largest |labkit's INT8 weight -
+    torchao's| over the layers labkit quantizes, in units of labkit's own step (its per-row scale),
+    both made from ``model``'s weights in float32 (in bfloat16 the dequantized weights themselves round
+    by up to a quarter step). Each rounds a row to 8-bit codes of its absmax, torchao dividing by 127.5
+    where labkit divides by 127, so each lands within half its own step of the weight: under 1 step apart."""
+    m32 = copy.deepcopy(model).float()
+    theirs_model = torchao_int8(m32)[0]
+    worst = 0.0
+    for name, lin in Q.quantizable_linears(m32):
+        mine = Q.QuantLinear.from_linear(lin, bits=8)
+        theirs = theirs_model.get_submodule(name).weight.dequantize().float()
+        step = mine.scales.float().view(-1, 1)
+        worst = max(worst, float(((mine.dequantized_weight() - theirs).abs() / step).max()))
+    return worst

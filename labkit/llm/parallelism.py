@@ -1,4 +1,4 @@
-"""How many GPUs a model needs, and how it splits across them (chapter 06, "Model parallelism").
+"""How many GPUs a model needs, and how it splits across them (chapter 06b, "Parallelism").
 
 * :func:`min_gpus_rule`: the tutorial's rule of thumb, ``params x bytes/param x 1.8 / VRAM per GPU``
   (the 1.8 stands for KV cache and runtime on top of the weights), before and after the ceiling.

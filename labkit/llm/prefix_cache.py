@@ -1,4 +1,4 @@
-"""Prefix caching with a real KV cache, and what a cached prefix costs to keep (chapter 06).
+"""Prefix caching with a real KV cache, and what a cached prefix costs to keep (chapter 06b).
 
 Requests that start with the same tokens (a system prompt, a shared document) produce the same
 keys and values for those tokens. :func:`prefill_prefix` runs the shared part once and keeps its

@@ -1,4 +1,4 @@
-"""Measuring speculative decoding against plain decoding (chapter 06, "Speculation").
+"""Measuring speculative decoding against plain decoding (chapter 06b, "Speculative decoding").
 
 :func:`paired_rounds` measures speculation's speed-up: rounds of a plain and a speculative run of
 :func:`labkit.llm.speculative.speculative_generate` of the same length, timed back to back in

@@ -1,4 +1,4 @@
-"""Speculative decoding from scratch on a transformers causal LM (chapter 06, "Speculation").
+"""Speculative decoding from scratch on a transformers causal LM (chapter 06b, "Speculative decoding").
 
 A cheap *drafter* proposes ``k`` tokens; the *target* model scores the last accepted token plus all
 ``k`` drafts in ONE forward pass through its KV cache (a ``DynamicCache``), and keeps the longest

@@ -1,4 +1,4 @@
-"""Kubernetes manifests for a vLLM server, sized by chapter 06's parallelism plan (chapter 08,
+"""Kubernetes manifests for a vLLM server, sized by chapter 06b's parallelism plan (chapter 08,
 "Production deployment").
 
 The tutorial's rules: pin every version, keep images lean, start from official base images, and

@@ -1,5 +1,5 @@
 """How big one vLLM replica of chapter 08's deploy manifests is (:mod:`labkit.production.deploy`):
-chapter 06's parallelism plan for *one* sequence of the full context (what vLLM checks at start; its
+chapter 06b's parallelism plan for *one* sequence of the full context (what vLLM checks at start; its
 paged KV cache shares what memory is left among the running sequences, so reserving
 concurrency x context up front would overstate the GPUs needed), the KV cache's capacity in tokens,
 the longest stream's duration at the memory-bound decode rate (the drain a stopping replica needs),

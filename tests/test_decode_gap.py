@@ -138,8 +138,12 @@ def test_llama_benchs_spread_widens_what_depends_on_it():
     assert wide["client_over_bench"]["hi"] == pytest.approx(40 / 90)
     assert wide["delivery_ms"] == tight["delivery_ms"]  # llama-bench plays no part in it
     assert "100.0 ± 10.0 tok/s" in decode_gap.gap_sentences(wide)
+    # a stalled repetition: sd as large as the mean leaves the low end near 0, an interval all but unbounded
+    stalled = decode_gap.decode_layers(recs, 100.0, plain3, bench_sd=120.0)
+    assert stalled["client_over_bench"]["hi"] == pytest.approx(40 / 0.1)
+    assert stalled["client_over_bench"]["median"] == tight["client_over_bench"]["median"]
     with pytest.raises(ValueError, match="bench_sd"):
-        decode_gap.decode_layers(recs, 100.0, plain3, bench_sd=100.0)
+        decode_gap.decode_layers(recs, 100.0, plain3, bench_sd=-1.0)
 
 
 def test_a_layer_below_zero_everywhere_is_said():

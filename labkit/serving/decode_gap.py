@@ -119,15 +119,18 @@ def decode_layers(records: Sequence[RequestRecord], bench_tps: float,
                          "`timings`)")
     if not bench_tps > 0:
         raise ValueError(f"bench_tps must be a positive rate (tokens/s), got {bench_tps}")
-    if not 0 <= bench_sd < bench_tps:
-        raise ValueError(f"bench_sd must be in [0, bench_tps), got {bench_sd}")
+    if not bench_sd >= 0:
+        raise ValueError(f"bench_sd must be a standard deviation (>= 0 tokens/s), got {bench_sd}")
+    # a busy machine can stall one llama-bench repetition so that its sd reaches its mean: the rate's low end
+    # is then near 0 and every interval through it is all but unbounded (clamped at a thousandth of the rate)
+    bench_lo = max(bench_tps - bench_sd, bench_tps / 1000)
     model_ms = 1e3 / bench_tps
     col = lambda f: median_interval([f(r) for r in rows])  # noqa: E731
     ms = lambda k: 1e3 / k  # noqa: E731 - tokens/s -> ms per token
 
     def with_bench(f: Callable[[dict[str, Any], float], float]) -> dict[str, float]:
         """f(row, llama-bench's rate): the median at its mean, the interval over its mean +- sd."""
-        at = [col(lambda r, b=b: f(r, b)) for b in (bench_tps, bench_tps - bench_sd, bench_tps + bench_sd)]
+        at = [col(lambda r, b=b: f(r, b)) for b in (bench_tps, bench_lo, bench_tps + bench_sd)]
         return at[0] | {"lo": min(a["lo"] for a in at), "hi": max(a["hi"] for a in at)}
     g: dict[str, Any] = {
         "n": len(rows), "bench_tps": bench_tps, "bench_sd": bench_sd, "model_ms_per_token": model_ms,

@@ -159,6 +159,23 @@ def load(chapter: str, folder: Path | None = None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("values"), dict) else None
 
 
+def current(chapter: str) -> dict[str, Any] | None:
+    """The results ``chapter`` recorded in **this** process's run (as :func:`load` returns them), or
+    ``None`` when this process recorded nothing for it (a previous run's file is never returned)."""
+    data = load(chapter)
+    return data if data is not None and data.get("run") == RUN_ID else None
+
+
+def seal(chapter: str) -> None:
+    """Bring this run's results file of ``chapter`` up to date with every file the run has used by now
+    (the chapter's closing cell calls it): a module imported after the last :func:`record` then counts
+    in the digest too. Nothing happens when this process recorded nothing for the chapter."""
+    with _LOCK:
+        data = current(chapter)
+        if data is not None:
+            _save(chapter, data)
+
+
 def unmeasured(chapter: str, key: str, why: str) -> None:
     """Record that ``key`` could not be measured in this run, and ``why`` (e.g. "llama.cpp is not built
     here: make llamacpp"): the report's verdict is then "not measured" with that reason, and the
@@ -207,9 +224,16 @@ def _write(chapter: str, key: str, entry: dict[str, Any]) -> None:
             data = header(chapter)
         data["values"][key] = entry
         data["updated"] = entry["at"]
-        data["sources"] = used_sources()  # what the run has used so far: its digest covers all of it
-        data["digest"] = digest(chapter, data["sources"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
-        os.replace(tmp, path)
+        _save(chapter, data)
+
+
+def _save(chapter: str, data: dict[str, Any]) -> None:
+    """Write ``data`` as ``chapter``'s results file, atomically, with the files the run has used so far
+    and their digest."""
+    path = results_path(chapter)
+    data["sources"] = used_sources()  # what the run has used so far: its digest covers all of it
+    data["digest"] = digest(chapter, data["sources"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    os.replace(tmp, path)

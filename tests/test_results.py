@@ -147,3 +147,17 @@ def test_source_tracks_only_what_the_chapters_run(tmp_path, monkeypatch):
     two = results.source.__wrapped__()
     assert two["dirty"] and two["diff_sha"] != one["diff_sha"]
     assert results.source.__wrapped__() == two, "the digest is deterministic"
+
+
+def test_seal_adds_what_the_run_used_after_its_last_record(folder, monkeypatch):
+    monkeypatch.setattr(results, "used_sources", lambda: ["labkit/stats.py"])
+    results.record("setup", "a", 1.0)
+    before = strict(folder / "setup.json")
+    # the closing cell imports one more module after the last record(): sealing counts it in the digest
+    monkeypatch.setattr(results, "used_sources", lambda: ["labkit/stats.py", "labkit/table.py"])
+    results.seal("setup")
+    after = strict(folder / "setup.json")
+    assert after["sources"] == ["labkit/stats.py", "labkit/table.py"] and after["digest"] != before["digest"]
+    assert after["values"] == before["values"]
+    results.seal("concepts")  # nothing recorded for it in this run: no file appears
+    assert not (folder / "concepts.json").exists()

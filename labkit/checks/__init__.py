@@ -136,10 +136,10 @@ def run_values(chapter: str) -> dict[str, Any]:
 def this_run(chapter: str) -> dict[str, Any]:
     """The results ``chapter`` recorded in **this** process's run (as :func:`labkit.results.load`
     returns them); ``RuntimeError`` saying what to do when this process recorded nothing for it."""
-    from ..results import RUN_ID, load
+    from ..results import current
 
-    data = load(chapter)
-    if data is None or data.get("run") != RUN_ID:
+    data = current(chapter)
+    if data is None:
         raise RuntimeError(f"chapter {chapter} recorded nothing in this run: run the notebook from the "
                            "top (its cells call labkit.results.record) before its final checks")
     return data
@@ -169,6 +169,9 @@ def verify(chapter: str, data: dict[str, Any] | None = None) -> None:
     from ..report.claims_table import chapter_claims, claims_text, unrecorded
 
     if data is None:
+        from ..results import seal
+
+        seal(chapter)  # the digest covers every file the run used, those imported after its last record too
         data = this_run(chapter)
     values = values_of(data)
     found = checks(chapter)

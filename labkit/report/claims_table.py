@@ -83,10 +83,10 @@ def findings_sentence(chapter: str) -> str:
     verdict, figure and expectation; the rest (a GPU needed, not checkable offline) counted apart. Claims
     whose figure this run has not recorded yet (a "Going further" section further down records it) are
     left to the table at the chapter's end, and counted; a previous run's figures are never used."""
-    from ..results import RUN_ID
+    from ..results import current
 
-    data = load(chapter)
-    if not data or data.get("run") != RUN_ID:
+    data = current(chapter)
+    if not data:
         return "This run has recorded no figure for the chapter's claims yet: the closing table judges them."
     later = {cid for cid, _ in unrecorded(chapter, data)}
     rows = [r for r in chapter_claims(chapter, data) if r["id"] not in later]
@@ -98,7 +98,8 @@ def findings_sentence(chapter: str) -> str:
     if rest:
         text += " (besides: " + ", ".join(f"{n} {v}" for v, n in rest.items()) + ")"
     if later:
-        text += f"; {len(later)} more, on figures recorded further down, are judged in the table at the end"
+        text += (f"; {len(later)} more, on figures recorded further down, "
+                 f"{'is' if len(later) == 1 else 'are'} judged in the table at the end")
     if not missed:
         return text + "."
     return text + "; did not hold as stated here: " + "; ".join(

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from labkit import results
-from labkit.chapters import CHAPTERS, NOTEBOOKS
+from labkit.chapters import CHAPTERS, NOTEBOOKS, REPO
 from labkit.report import build, computed, ledger, machines, page, site, verdicts
 from labkit.report.ledger import Claim, holds, load_ledger, parse_expect, split_key
 
@@ -628,3 +628,21 @@ def test_the_headline_counts_only_measured_holds_as_held_here():
     text = page.held_by_kind(by_kind)
     assert "Held on this machine: <b>3</b> of 5 claims measured here" in text
     assert "computed from configs, files or datasheets: 7 of 7 hold" in text and "simulated: 4 of 4" in text
+
+
+def test_the_decode_speed_table_shows_what_chapters_recorded():
+    from labkit.report.decode_speeds import SPEEDS, decode_speed_rows, decode_speed_section
+
+    results = {"metrics": {"values": {"llamacpp_bench_gen_tps": {"value": 104.1, "unit": "tok/s",
+                                                                 "note": "llama-bench, 2 threads"}}},
+               "selection": None}
+    rows = decode_speed_rows(results)
+    assert [(r["chapter"], r["key"]) for r in rows] == [("metrics", "llamacpp_bench_gen_tps")]
+    assert "104" in rows[0]["value"] and rows[0]["note"] == "llama-bench, 2 threads"
+    assert "llama-bench, 2 threads" in decode_speed_section(results)
+    assert decode_speed_section({}) == ""
+    # every key names a figure its chapter recorded for the committed report (GGUF figures come from
+    # labkit.engines.gguf_levels.figures, out of the notebooks' sight)
+    committed = json.loads((REPO / "reports" / "results.json").read_text())["results"]
+    for chapter, key, *_ in SPEEDS:
+        assert key in ((committed.get(chapter) or {}).get("values") or {}), (chapter, key)

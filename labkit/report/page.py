@@ -2,8 +2,9 @@
 
 What it shows, top to bottom: the machine and date, how many claims got each verdict, the chapter
 index (links to the executed chapters' pages), the claims table (claim, what the tutorial says,
-what this machine measured, the verdict and why, the chapter), then every value each chapter
-recorded. Plain HTML with inline CSS: no script, no font or stylesheet from the network.
+what this machine measured, the verdict and why, the chapter), the bundled model's decode speed as
+each chapter measured it, then every value each chapter recorded. Plain HTML with inline CSS: no
+script, no font or stylesheet from the network.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from .decode_speeds import decode_speed_section
 from .machines import machine_label, same_rule
 from .verdicts import VERDICTS, fmt_value
 
@@ -218,6 +220,7 @@ needs to run to read it. The terms they use: the <a href="glossary.html">glossar
 <th>how it is measured</th><th>verdict</th>{heads}<th>chapter</th></tr>
 {claims}
 </table>
+{decode_speed_section(report["results"])}
 <h2>Every recorded value</h2>
 {values_section(report["results"])}
 </body></html>

@@ -1,5 +1,5 @@
-"""The bundled model's decode speed as each chapter measured it (the report's front page, every
-chapter): one table, so a reader sees that 18, 50 and 100 tokens/s on one machine are one model timed
+"""The bundled model's decode speed as each chapter measured it (the report's front page, for
+every chapter): one table, so a reader sees that 18, 50 and 100 tokens/s on one machine are one model timed
 in different ways.
 
 Each row names a recorded figure and what differs in its measurement: the engine (PyTorch's kernels or

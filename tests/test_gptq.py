@@ -78,7 +78,9 @@ def test_gptq_model_sequential_and_cached(tmp_path, monkeypatch, tiny_llama):
     model = tiny_llama()
     ref = tiny_llama()
     calib = torch.randint(0, 256, (4, 32))
-    packed = G.gptq_quantize_model(model, calib, bits=4, group_size=32, progress=False)
+    cold: dict = {}
+    packed = G.gptq_quantize_model(model, calib, bits=4, group_size=32, progress=False, timing=cold)
+    assert cold["cached"] is False and cold["seconds"] > 0 and cold["threads"] >= 1
     names = [n for n, _ in Q.quantizable_linears(ref)]
     assert sorted(packed) == sorted(names)
     assert len(list((tmp_path / "gptq").glob("*.safetensors"))) == 1
@@ -87,7 +89,9 @@ def test_gptq_model_sequential_and_cached(tmp_path, monkeypatch, tiny_llama):
         qw, sc = packed[n]
         assert torch.equal(model.get_submodule(n).weight, Q.dequantize_weight(qw, sc, 4, qw.shape[1] * 2, 32))
     # a second call on a fresh copy loads the same tensors from the cache
-    again = G.gptq_quantize_model(tiny_llama(), calib, bits=4, group_size=32, progress=False)
+    warm: dict = {}
+    again = G.gptq_quantize_model(tiny_llama(), calib, bits=4, group_size=32, progress=False, timing=warm)
+    assert warm == {**cold, "cached": True}  # the cold cost travels with the cached result
     assert all(torch.equal(a, b) for n in names for a, b in zip(again[n], packed[n], strict=True))
     rtn = tiny_llama()
     Q.quantize_model(rtn, 4, 32)

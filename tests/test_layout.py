@@ -13,7 +13,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "labkit"
 MODULES = sorted(p for p in PKG.rglob("*.py"))
-MAX_LINES = 320
+MAX_LINES = 400  # one concept per module, whole: split by concept, never to get under a line count
 # The layers from the bottom up: a module may import its own layer and the ones below, never one
 # above. An entry names a top-level module or a whole package (``labkit.hardware`` places every
 # module under labkit/hardware/, new ones included); ``labkit`` is the package's own __init__.

@@ -223,7 +223,8 @@ def _cache_file(model: nn.Module, ids: torch.Tensor, settings: dict) -> Path:
 def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4,
                         group_size: int | None = 128, damp: float = 0.01, act_order: bool = False,
                         cache: bool = True, progress: bool = True, report: dict | None = None,
-                        rank_layers: tuple[int, ...] = ()) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+                        rank_layers: tuple[int, ...] = (), timing: dict | None = None
+                        ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """GPTQ every quantizable linear layer of a decoder-only ``model`` on ``calib_ids``
     ``(windows, tokens)``, sequentially: layer i is calibrated on what the already-quantized layers
     0..i-1 output, called with its own captured keyword arguments (:func:`layer_inputs`). Linear
@@ -235,12 +236,17 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
     ``"calib_err_gptq"``, ``"calib_err_rtn"`` (``||(W - Q) X|| / ||W X||`` on its own calibration
     inputs, GPTQ vs RTN on the same grid: :func:`hessian_error`), ``"rank"`` (:func:`hessian_rank`)
     for the decoder layers in ``rank_layers`` (about 0.6 s for 1536 inputs on 2 cores), and
-    ``"tokens"`` (calibration tokens per Hessian). Cached on disk (with the report) when ``cache``."""
+    ``"tokens"`` (calibration tokens per Hessian). Cached on disk (with the report) when ``cache``.
+    ``timing``, when given, receives ``"cached"`` (loaded from the disk cache), ``"seconds"`` and
+    ``"threads"`` of the run that computed it (a cached result's cold cost, kept with it)."""
+    import time
+
+    t0 = time.perf_counter()
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     settings = dict(bits=bits, group_size=group_size, damp=damp, act_order=act_order, ranks=rank_layers,
-                    dtype=str(next(model.parameters()).dtype), layers=len(model.model.layers))
+                    dtype=str(next(model.parameters()).dtype), layers=len(model.model.layers), timed=True)
     names = dict((id(m), n) for n, m in quantizable_linears(model))
     path = _cache_file(model, calib_ids, settings)
     if cache and path.exists():
@@ -249,9 +255,12 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
         for n, (qw, sc) in cached.items():
             lin = model.get_submodule(n)
             lin.weight.copy_(dequantize_weight(qw, sc, bits, lin.in_features, group_size, lin.weight.dtype))
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
         if report is not None:
-            with safe_open(str(path), "pt") as f:
-                report.update(json.loads((f.metadata() or {}).get("report", "{}")))
+            report.update(json.loads(meta.get("report", "{}")))
+        if timing is not None:
+            timing.update(json.loads(meta.get("timing", "{}")), cached=True)
         return cached
 
     layers = model.model.layers
@@ -294,11 +303,15 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
         inputs = [_hidden(layer(x, **kw)) for x, kw in zip(inputs, layer_kwargs[i], strict=True)]
     if report is not None:
         report.update(rep)
+    took = {"seconds": time.perf_counter() - t0, "threads": torch.get_num_threads()}
+    if timing is not None:
+        timing.update(took, cached=False)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {f"{n}.{part}": t.cpu().contiguous() for n, (qw, sc) in out.items()
                    for part, t in (("qweight", qw), ("scales", sc))}
-        save_file(tensors, str(path.with_suffix(".tmp")), metadata={"report": json.dumps(rep)})
+        save_file(tensors, str(path.with_suffix(".tmp")),
+                  metadata={"report": json.dumps(rep), "timing": json.dumps(took)})
         path.with_suffix(".tmp").rename(path)
     return out
 

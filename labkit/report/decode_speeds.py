@@ -42,7 +42,9 @@ WHY = ("Why one model decodes at several speeds on one machine: llama.cpp runs i
        "where PyTorch's kernels read the machine's 16- or 32-bit weights (chapters 04 and 05 measure both "
        "against the bytes they read); a server's clock adds sampling and scheduling, a client's adds "
        "streaming and HTTP (chapter 02); the thread count and the number of tokens timed differ between "
-       "chapters (each note says them). Chapters 04 and 06 also time PyTorch's decode, recorded as ratios "
+       "chapters (each note says them); two rows with the same setup were timed at different moments of a "
+       "shared machine, and differ by how much its speed drifted between them. Chapters 04 and 06 "
+       "also time PyTorch's decode, recorded as ratios "
        "between formats rather than as rates.")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -239,14 +240,13 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
     ``"tokens"`` (calibration tokens per Hessian). Cached on disk (with the report) when ``cache``.
     ``timing``, when given, receives ``"cached"`` (loaded from the disk cache), ``"seconds"`` and
     ``"threads"`` of the run that computed it (a cached result's cold cost, kept with it)."""
-    import time
-
     t0 = time.perf_counter()
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     settings = dict(bits=bits, group_size=group_size, damp=damp, act_order=act_order, ranks=rank_layers,
-                    dtype=str(next(model.parameters()).dtype), layers=len(model.model.layers), timed=True)
+                    dtype=str(next(model.parameters()).dtype), layers=len(model.model.layers),
+                    timed=True)  # caches written before the cold cost was kept hold no "timing": not reused
     names = dict((id(m), n) for n, m in quantizable_linears(model))
     path = _cache_file(model, calib_ids, settings)
     if cache and path.exists():

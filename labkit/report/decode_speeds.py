@@ -1,6 +1,6 @@
 """The bundled model's decode speed as each chapter measured it (the report's front page, for
-every chapter): one table, so a reader sees that 18, 50 and 100 tokens/s on one machine are one model timed
-in different ways.
+every chapter): one table, so a reader sees that 18, 50 and 100 tokens/s on one machine are one
+model timed in different ways.
 
 Each row names a recorded figure and what differs in its measurement: the engine (PyTorch's kernels or
 llama.cpp's fused quantized ones), the weights (the machine's 16- or 32-bit format, or a 4-bit GGUF
@@ -43,9 +43,8 @@ WHY = ("Why one model decodes at several speeds on one machine: llama.cpp runs i
        "against the bytes they read); a server's clock adds sampling and scheduling, a client's adds "
        "streaming and HTTP (chapter 02); the thread count and the number of tokens timed differ between "
        "chapters (each note says them); two rows with the same setup were timed at different moments of a "
-       "shared machine, and differ by how much its speed drifted between them. Chapters 04 and 06 "
-       "also time PyTorch's decode, recorded as ratios "
-       "between formats rather than as rates.")
+       "shared machine, and differ by how much its speed drifted between them. Chapters 04 and 06 also "
+       "time PyTorch's decode, recorded as ratios between formats rather than as rates.")
 
 
 def decode_speed_rows(results: dict[str, dict[str, Any] | None]) -> list[dict[str, str]]:

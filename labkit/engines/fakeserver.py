@@ -20,7 +20,8 @@ Example::
         srv.opts["fail_every"] = 3   # options can change while it runs
 
 ``python -m labkit.engines.fakeserver --port 8011 --step-ms 0`` runs one in the foreground (the overhead
-benchmark starts it in its own process so it does not share the client's CPU time slice).
+benchmark starts it in its own process so it does not share the client's CPU time slice); there SIGTERM
+drains as vLLM's ``--shutdown-timeout`` does (``--shutdown-timeout``, default 0: streams are cut).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -244,12 +246,33 @@ async def _handle(srv: FakeServer, reader: asyncio.StreamReader, w: asyncio.Stre
         w.close()
 
 
-async def _serve(srv: FakeServer, port: int, ready: threading.Event | None = None) -> None:
+async def _drain(srv: FakeServer, timeout_s: float, stopped: asyncio.Event) -> None:
+    """On SIGTERM, as vLLM's ``--shutdown-timeout``: take no new connections, let the streams in
+    flight finish for up to ``timeout_s`` seconds (0: none), then stop, cutting what is left."""
+    assert srv._server is not None
+    srv._server.close()
+    deadline = time.perf_counter() + timeout_s
+    while srv.active and time.perf_counter() < deadline:
+        await asyncio.sleep(0.01)
+    stopped.set()
+
+
+async def _serve(srv: FakeServer, port: int, ready: threading.Event | None = None,
+                 shutdown_timeout_s: float | None = None) -> None:
+    """Serve until closed; with ``shutdown_timeout_s`` (a process of its own), until SIGTERM has
+    drained it (:func:`_drain`); returning cancels the streams still open."""
     srv._server = await asyncio.start_server(lambda r, w: _handle(srv, r, w), "127.0.0.1", port)
     srv.url = f"http://127.0.0.1:{srv._server.sockets[0].getsockname()[1]}"
     srv._loop = asyncio.get_running_loop()
     if ready is not None:
         ready.set()
+    if shutdown_timeout_s is not None:
+        stopped = asyncio.Event()
+        timeout = shutdown_timeout_s
+        srv._loop.add_signal_handler(signal.SIGTERM,
+                                     lambda: asyncio.ensure_future(_drain(srv, timeout, stopped)))
+        await stopped.wait()
+        return
     with contextlib.suppress(asyncio.CancelledError):
         async with srv._server:
             await srv._server.serve_forever()
@@ -301,12 +324,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--step-ms", type=float, default=0.0)
     ap.add_argument("--prefill-ms", type=float, default=0.0)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--shutdown-timeout", type=float, default=0.0,
+                    help="seconds streams in flight may finish after SIGTERM (vLLM's option; 0 cuts them)")
     a = ap.parse_args(argv)
     opts = {"model": a.model, "step_s": a.step_ms / 1e3, "prefill_s": a.prefill_ms / 1e3,
             "tokens_per_chunk": a.tokens_per_chunk}
     srv = FakeServer(opts=DEFAULTS | opts)
     print(f"fake server on http://127.0.0.1:{a.port}", flush=True)
-    asyncio.run(_serve(srv, a.port))
+    asyncio.run(_serve(srv, a.port, shutdown_timeout_s=a.shutdown_timeout))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ every check held).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from pathlib import Path
@@ -61,14 +62,20 @@ def used_sources() -> list[str]:
     labkit module it imported and every ``data/`` file it opened (:data:`labkit.paths.OPENED`)."""
     from .paths import OPENED
 
-    pkg = REPO / "labkit"
-    mods = set()
-    for m in list(sys.modules.values()):
-        f = getattr(m, "__file__", None)
-        path = Path(f).resolve() if f else None
-        if path and path.is_relative_to(pkg) and not path.is_relative_to(pkg / "report"):
-            mods.add(str(path.relative_to(REPO)))
+    files = (getattr(m, "__file__", None) for m in list(sys.modules.values()))
+    mods = {rel for f in files if isinstance(f, str) and (rel := _labkit_file(f))}
     return sorted(mods | {p for p in OPENED if not p.startswith("data/claims/")})
+
+
+@functools.cache
+def _labkit_file(f: str) -> str | None:
+    """``f`` relative to the checkout when it is a labkit module outside ``labkit/report``, else None
+    (cached: resolving thousands of module paths at every record was most of a record's cost)."""
+    pkg = REPO / "labkit"
+    path = Path(f).resolve()
+    if path.is_relative_to(pkg) and not path.is_relative_to(pkg / "report"):
+        return str(path.relative_to(REPO))
+    return None
 
 
 _HASHES: dict[tuple[str, int, int], bytes] = {}

@@ -9,6 +9,16 @@ TINY_LLAMA = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hid
                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _results_elsewhere(tmp_path_factory):
+    """Figures that the code under test records (labkit functions record where they measure) go to a
+    temporary folder, never over a chapter's own run in build/results."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LABKIT_RESULTS", str(tmp_path_factory.mktemp("results")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def _fake_server_session():
     from labkit.engines.fakeserver import fake_server

@@ -28,7 +28,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup provision llamacpp lab test unit notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
+.PHONY: setup provision llamacpp lab test unit unit-slow notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
 .DEFAULT_GOAL := help
 
 help:
@@ -99,13 +99,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check labkit tests benchmarks notebooks
 	$(BIN)/mypy
 
+# The unit suite without the tests marked slow (those that start vLLM or load a real model); make test runs both.
 unit: setup $(SERVE_DEP)
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -m "not slow" tests
+
+unit-slow: setup $(SERVE_DEP)
+	$(BIN)/pytest -q -m slow tests
 
 notebooks: setup $(SERVE_DEP)
 	$(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
 
-test: setup lint unit notebooks
+test: setup lint unit unit-slow notebooks
 
 # The lab report: runs each chapter, or reuses its last run of the same code on this machine
 # (REPORT_ARGS=--rerun runs them all again; --out DIR writes elsewhere than reports/).

@@ -197,6 +197,7 @@ def test_llama_server_dies_with_its_parent(sig: signal.Signals, tools) -> None:
     assert _wait(lambda: not _port_open(port), 15), f"llama-server outlived its parent ({sig.name})"
 
 
+@pytest.mark.slow  # starts vLLM: about 20 s each
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_vllm_dies_with_its_parent(sig: signal.Signals) -> None:
     if not vllm.vllm_available():
@@ -209,6 +210,7 @@ def test_vllm_dies_with_its_parent(sig: signal.Signals) -> None:
     assert _wait(lambda: not _port_open(port), 60), f"vLLM outlived its parent ({sig.name})"
 
 
+@pytest.mark.slow  # starts vLLM: about 20 s
 def test_make_serve_stops_vllm_on_sigterm() -> None:
     """``make serve`` runs ``python -m labkit.engines.vllm``; SIGTERM to it used to leave vLLM serving."""
     if not vllm.vllm_available():

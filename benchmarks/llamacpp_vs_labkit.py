@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from _common import finish, parser, setup
 
-from labkit.engines import llamacpp
+from labkit.engines import llamacpp, process
 from labkit.serving import loadgen
 from labkit.serving.decode_gap import decode_layers, gap_sentences
-from labkit.serving.loadgen import ClientSpec, LoadSpec
+from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.serving.metrics import request_metrics
 from labkit.stats import median_interval, ratio_interval
 
@@ -61,7 +61,7 @@ def main() -> int:
                   f"{s['median_tps']:6.1f} tok/s, tokens/E2E {e2e:6.1f}, TTFT {s['median_ttft_ms']:5.1f} ms",
                   flush=True)
     finally:
-        llamacpp.stop(server)
+        process.stop(server)
 
     bench_tps = median_interval([x["bench_tps"] for x in rounds])
     client = ratio_interval([x["client_tps"] for x in rounds], [x["bench_tps"] for x in rounds])

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import httpx
 
-from labkit.engines.vllm import free_port
+from labkit.engines.process import free_port
 from labkit.serving import loadgen
-from labkit.serving.loadgen import ClientSpec, LoadSpec
+from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.serving.openai_api import request_body
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -97,7 +97,8 @@ def bench_vllm(n_requests: int = 3, max_tokens: int = 64, iomp: bool = False) ->
 
     import httpx
 
-    from labkit.engines.vllm import scrape_metrics, start_vllm, stop, vllm_available
+    from labkit.engines.process import stop
+    from labkit.engines.vllm import scrape_metrics, start_vllm, vllm_available
 
     if not vllm_available():
         print("\nvLLM: not installed (make serve-setup); skipped")

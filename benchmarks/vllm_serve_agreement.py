@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 from _common import finish, parser, setup
 
-from labkit.engines import vllm
+from labkit.engines import process, vllm
 from labkit.engines import vllm_bench as vb
 from labkit.models import llm_dir
 from labkit.serving import loadgen
-from labkit.serving.loadgen import ClientSpec, LoadSpec
+from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.stats import ratio_interval
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def main() -> int:
                       flush=True)
     finally:
         if server is not None:
-            vllm.stop(server)
+            process.stop(server)
         session.__exit__(None, None, None)
 
     print(f"\n{'figure':18s} {'vllm bench':>11s} {'labkit':>8s} {'labkit/vllm: pairs':>19s} "

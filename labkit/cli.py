@@ -165,7 +165,8 @@ def _bench(a: argparse.Namespace) -> int:
     import contextlib
 
     from . import settings
-    from .serving.loadgen import ClientSpec, LoadSpec, knee_table, run, sweep, synthetic_requests
+    from .serving.loadgen import knee_table, run, sweep, synthetic_requests
+    from .serving.loadspec import ClientSpec, LoadSpec
     from .serving.metrics import format_report
     from .serving.ollama_api import ollama_backend
     from .serving.streaming import Backend, ServerError

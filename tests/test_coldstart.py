@@ -3,7 +3,7 @@
 import matplotlib
 import pytest
 
-from labkit.production import coldstart, deploy
+from labkit.production import coldstart, deploy, k8s_pod
 
 matplotlib.use("Agg")
 QWEN_BF16 = 8.05e9  # Qwen3-4B's weights in bf16 (4.02e9 parameters x 2 bytes)
@@ -36,7 +36,7 @@ def test_sensitivity_moves_one_phase_at_a_time():
 
 def test_the_manifests_startup_probe_covers_the_budget_and_would_catch_a_short_one():
     phases = coldstart.gpu_replica_budget(QWEN_BF16, engine_start_s=30.0)
-    ok = coldstart.probe_covers(phases, deploy.COLD_START_S)
+    ok = coldstart.probe_covers(phases, k8s_pod.COLD_START_S)
     assert ok["covers_high"], ok  # 900 s >= weights at 50 MB/s + engine x2 + capture high
     short = coldstart.probe_covers(phases, 120)  # a probe sized on a CPU start would kill the pod
     assert short["covers_typical"] is False and short["covers_high"] is False
@@ -64,7 +64,7 @@ def test_probe_budget_is_read_from_the_generated_manifest():
     from labkit.llm.architecture import load_config
 
     docs = deploy.manifests("Qwen/Qwen3-4B", load_config("Qwen3-4B"), gpu="L4")
-    assert deploy.startup_budget_s(docs) == deploy.COLD_START_S
+    assert deploy.startup_budget_s(docs) == k8s_pod.COLD_START_S
     assert deploy.probe_budget_s({}) == 30  # Kubernetes' defaults: 3 failures 10 s apart
     phases = coldstart.gpu_replica_budget(QWEN_BF16, engine_start_s=30.0)
     assert coldstart.probe_covers(phases, deploy.startup_budget_s(docs))["covers_high"]

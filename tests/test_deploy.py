@@ -140,7 +140,7 @@ def test_every_container_is_hardened_and_bounded():
     files = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
     for pod in (_kinds(files["vllm.yaml"])["Deployment"]["spec"]["template"]["spec"],
                 _kinds(files["storage.yaml"])["Job"]["spec"]["template"]["spec"]):
-        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == deploy.UID
+        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == k8s_pod.UID
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert pod["automountServiceAccountToken"] is False
         for c in pod.get("initContainers", []) + pod["containers"]:
@@ -220,7 +220,7 @@ def test_strict_validation_catches_a_typo():
 
 @pytest.mark.parametrize("gpu, tp", [("L4", 1), ("H100", 1), ("A100-80GB", 1)])
 def test_gpu_limit_and_flags_follow_the_plan(gpu, tp):
-    name, vram = deploy.gpu_memory(gpu)
+    name, vram = deploy_sizing.gpu_memory(gpu)
     assert plan(QWEN, vram, "bf16", 8192, 1)["tp"] == tp  # one full-length sequence must fit
     c = _container(_docs(gpu))
     assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == tp
@@ -343,8 +343,9 @@ def test_bad_arguments_raise_value_error(call, match):
 
 
 def test_names_and_yaml():
-    assert deploy.gpu_memory("H100")[0] == "H100 SXM" and deploy.gpu_memory("a100-80gb")[0] == "A100 80GB"
-    assert deploy.gpu_memory("L4") == ("L4", 24e9)
+    assert deploy_sizing.gpu_memory("H100")[0] == "H100 SXM"
+    assert deploy_sizing.gpu_memory("a100-80gb")[0] == "A100 80GB"
+    assert deploy_sizing.gpu_memory("L4") == ("L4", 24e9)
     assert deploy.slug("Qwen/Qwen3-4B") == "qwen3-4b"
     assert deploy.slug("meta-llama/Llama_3.1 8B") == "llama-3-1-8b"
     docs = _docs()

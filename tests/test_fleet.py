@@ -9,12 +9,12 @@ import matplotlib
 import numpy as np
 import pytest
 
-from labkit.production import fleet
+from labkit.production import fleet, k8s, traces
 
 matplotlib.use("Agg")
 
 # One flat hour at 1 request/s with a 12-minute spike to 6/s from minute 18.
-SPIKE = fleet.day_trace(1.0, hours=1, peak_to_trough=1.0, spikes=((0.3, 6.0, 0.2),), seed=1)
+SPIKE = traces.day_trace(1.0, hours=1, peak_to_trough=1.0, spikes=((0.3, 6.0, 0.2),), seed=1)
 
 
 def spike_run(**overrides):
@@ -26,31 +26,31 @@ def spike_run(**overrides):
 
 def test_rate_at_shape():
     a = (4 - 1) / (4 + 1)
-    assert fleet.rate_at(4 * 3600, 2.0, 4.0, spikes=()) == pytest.approx(2.0 * (1 - a))     # trough 04:00
-    assert fleet.rate_at(16 * 3600, 2.0, 4.0, spikes=()) == pytest.approx(2.0 * (1 + a))    # peak 16:00
-    assert fleet.rate_at(16 * 3600, 2.0, 4.0, spikes=()) / fleet.rate_at(4 * 3600, 2.0, 4.0, spikes=()) \
+    assert traces.rate_at(4 * 3600, 2.0, 4.0, spikes=()) == pytest.approx(2.0 * (1 - a))     # trough 04:00
+    assert traces.rate_at(16 * 3600, 2.0, 4.0, spikes=()) == pytest.approx(2.0 * (1 + a))    # peak 16:00
+    assert traces.rate_at(16 * 3600, 2.0, 4.0, spikes=()) / traces.rate_at(4 * 3600, 2.0, 4.0, spikes=()) \
         == pytest.approx(4.0)
     t = np.arange(0, 24 * 3600, 60.0)
-    assert fleet.rate_at(t, 2.0, 4.0, spikes=()).mean() == pytest.approx(2.0)               # mean over a day
-    base, spiked = fleet.rate_at(10.1 * 3600, 2.0), fleet.rate_at(10.1 * 3600, 2.0, spikes=())
+    assert traces.rate_at(t, 2.0, 4.0, spikes=()).mean() == pytest.approx(2.0)               # mean over a day
+    base, spiked = traces.rate_at(10.1 * 3600, 2.0), traces.rate_at(10.1 * 3600, 2.0, spikes=())
     assert base == pytest.approx(3.0 * spiked)                                   # default spike at 10:00, x3
-    assert fleet.rate_at(10.3 * 3600, 2.0) == pytest.approx(fleet.rate_at(10.3 * 3600, 2.0, spikes=()))
+    assert traces.rate_at(10.3 * 3600, 2.0) == pytest.approx(traces.rate_at(10.3 * 3600, 2.0, spikes=()))
 
 
 def test_day_trace_follows_the_rate():
-    arr = fleet.day_trace(0.5, seed=0)
+    arr = traces.day_trace(0.5, seed=0)
     assert np.all(np.diff(arr) >= 0) and arr[0] >= 0 and arr[-1] < 24 * 3600
     t = np.arange(0, 24 * 3600, 10.0)
-    expected = fleet.rate_at(t, 0.5).sum() * 10.0
+    expected = traces.rate_at(t, 0.5).sum() * 10.0
     assert abs(arr.size - expected) < 4 * math.sqrt(expected)
     per_hour = np.bincount((arr // 3600).astype(int), minlength=24)
     assert per_hour[4] < per_hour[16] and per_hour[19] > per_hour[18]          # trough, peak, spike
-    assert np.array_equal(arr, fleet.day_trace(0.5, seed=0))
-    assert not np.array_equal(arr, fleet.day_trace(0.5, seed=1))
+    assert np.array_equal(arr, traces.day_trace(0.5, seed=0))
+    assert not np.array_equal(arr, traces.day_trace(0.5, seed=1))
     for bad in (dict(mean_rps=0), dict(mean_rps=1, hours=0), dict(mean_rps=1, peak_to_trough=0.5),
                 dict(mean_rps=1, spikes=((1.0, -2.0, 1.0),))):
         with pytest.raises(ValueError):
-            fleet.day_trace(**bad)
+            traces.day_trace(**bad)
 
 
 def test_gpu_hours_known_answer_with_fixed_replicas():
@@ -119,7 +119,7 @@ def test_determinism_with_seed():
 
 
 def test_fifty_thousand_requests_run_fast():
-    arr = fleet.day_trace(0.6, seed=0)
+    arr = traces.day_trace(0.6, seed=0)
     assert 45_000 < arr.size < 65_000
     cfg = fleet.ScalerConfig(signal="running", target=6, warm_pool=1)
     t0 = time.perf_counter()
@@ -152,7 +152,7 @@ def burst_hurt(service_s, cold_start_s, seeds=range(3), **cfg):
     """Late + dropped requests per seed of the chapter's burst (1 + 8 replicas' worth, 8 slots)."""
     scaler = fleet.ScalerConfig(signal="running", target=6, min_replicas=2, max_replicas=24,
                                 cold_start_s=cold_start_s, **cfg)
-    runs = fleet.over_seeds(lambda s: fleet.burst_trace(8, service_s, base=1.0, extra=8.0, seed=s),
+    runs = fleet.over_seeds(lambda s: traces.burst_trace(8, service_s, base=1.0, extra=8.0, seed=s),
                             {"x": scaler}, seeds, service_s=service_s, slots_per_replica=8,
                             slo_s=service_s + 30, max_wait_s=120)["x"]
     assert all(r["accounted"] for r in runs)
@@ -161,7 +161,7 @@ def burst_hurt(service_s, cold_start_s, seeds=range(3), **cfg):
 
 def test_burst_trace_rates_in_replicas_worth():
     slots, service = 8, 40.0                       # one replica serves 0.2 requests/s
-    arr = fleet.burst_trace(slots, service, base=2.0, extra=5.0, front_s=20.0, start_s=1000.0,
+    arr = traces.burst_trace(slots, service, base=2.0, extra=5.0, front_s=20.0, start_s=1000.0,
                             hold_s=2000.0, after_s=1000.0, seed=0)
     assert np.all(np.diff(arr) >= 0) and arr[0] >= 0 and arr[-1] < 4000
     count = lambda a, b: int(((arr >= a) & (arr < b)).sum())
@@ -170,13 +170,13 @@ def test_burst_trace_rates_in_replicas_worth():
         assert abs(count(a, b) - expected) < 4 * np.sqrt(expected), (a, b)
     front = 0.4 + 5 * slots / 20.0                 # 5 replicas' worth in flight within 20 s
     assert abs(count(1000, 1020) - front * 20) < 4 * np.sqrt(front * 20)
-    short = fleet.burst_trace(slots, 2.0, seed=0)  # defaults: 1 + 8 replicas' worth, a 15 s front
+    short = traces.burst_trace(slots, 2.0, seed=0)  # defaults: 1 + 8 replicas' worth, a 15 s front
     assert abs(((short >= 600) & (short < 615)).sum() - 15 * 9 * 4) < 4 * np.sqrt(540)   # no faster front
-    again = fleet.burst_trace(slots, service, 2.0, 5.0, 20.0, 1000.0, 2000.0, 1000.0, seed=0)
+    again = traces.burst_trace(slots, service, 2.0, 5.0, 20.0, 1000.0, 2000.0, 1000.0, seed=0)
     assert np.array_equal(arr, again)
     for bad in (dict(service_s=0), dict(extra=0), dict(front_s=0), dict(front_s=2000, hold_s=1200)):
         with pytest.raises(ValueError):
-            fleet.burst_trace(**{"slots_per_replica": 8, "service_s": 10.0, **bad})
+            traces.burst_trace(**{"slots_per_replica": 8, "service_s": 10.0, **bad})
 
 
 def test_the_burst_makes_the_plain_autoscaler_late_whatever_the_request_time():
@@ -201,7 +201,7 @@ def test_over_seeds_runs_every_config_on_each_seeds_trace():
 
     def trace(seed):
         seen.append(seed)
-        return fleet.day_trace(0.5, hours=0.5, peak_to_trough=1.0, spikes=(), seed=seed)
+        return traces.day_trace(0.5, hours=0.5, peak_to_trough=1.0, spikes=(), seed=seed)
 
     cfgs = {"one": fleet.ScalerConfig(min_replicas=1, max_replicas=1),
             "two": fleet.ScalerConfig(min_replicas=2)}
@@ -317,7 +317,7 @@ def test_manifest_config_is_what_deploy_says():
 
     c = fleet.ScalerConfig.manifest(running_target=12, queue_target=4, max_replicas=8, cold_start_s=600)
     assert (c.signal, c.target, c.second) == ("running", 12, ("waiting", 4))
-    assert c.interval_s == deploy.HPA_SYNC_S and c.tolerance == deploy.HPA_TOLERANCE == 0.1
+    assert c.interval_s == k8s.HPA_SYNC_S and c.tolerance == k8s.HPA_TOLERANCE == 0.1
     assert c.scale_down_delay_s == deploy.HPA_BEHAVIOR["scaleDown"]["stabilizationWindowSeconds"]
     assert (c.up_pods, c.up_percent, c.up_period_s) == (2, 100, 60)
     assert (c.down_pods, c.down_period_s, c.grace_s) == (1, 120, deploy.DRAIN_S)
@@ -343,7 +343,7 @@ def test_manifest_policy_cuts_the_burst_with_a_pool_or_int4_at_gpu_cold_starts()
         trial = {"plain": fleet.ScalerConfig.manifest(**m, cold_start_s=cold),
                  "pool": fleet.ScalerConfig.manifest(**m, cold_start_s=cold, warm_pool=1),
                  "int4": fleet.ScalerConfig.manifest(**m, cold_start_s=cold4)}
-        runs = fleet.over_seeds(lambda s, h=hold, t=service_s: fleet.burst_trace(8, t, hold_s=h, seed=s),
+        runs = fleet.over_seeds(lambda s, h=hold, t=service_s: traces.burst_trace(8, t, hold_s=h, seed=s),
                                 trial, range(5), service_s=service_s, slots_per_replica=8,
                                 slo_s=service_s + 30, max_wait_s=120)
         hurt = {k: [r["late"] + r["dropped"] for r in rs] for k, rs in runs.items()}
@@ -353,7 +353,7 @@ def test_manifest_policy_cuts_the_burst_with_a_pool_or_int4_at_gpu_cold_starts()
 
 def test_manifest_policy_beats_queue_depth_alone_on_a_day():
     # the chapter's day: a fleet averaging 2.5 replicas, GPU cold starts of 7 min
-    arr = fleet.day_trace(2.5 * 8 / 36.0, seed=0)
+    arr = traces.day_trace(2.5 * 8 / 36.0, seed=0)
     served = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120, horizon_s=24 * 3600)
     naive = fleet.simulate_fleet(arr, config=fleet.ScalerConfig(signal="waiting", target=2, max_replicas=24,
                                                                 cold_start_s=420), **served)

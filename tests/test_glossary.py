@@ -6,7 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from labkit.chapters import CHAPTERS, NOTEBOOKS
+from labkit.chapters import CHAPTERS
+from labkit.paths import NOTEBOOKS
 from labkit.report.glossary import GLOSSARY, anchor, link_glossary, render_glossary, terms
 
 CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)  # code is not prose

@@ -12,7 +12,7 @@ import time
 from labkit.checks import outcome
 from labkit.engines import vllm
 from labkit.serving import decode_gap, loadgen, metrics, ollama_api, openai_api, streaming
-from labkit.serving.loadgen import ClientSpec, LoadSpec
+from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.serving.openai_api import llamacpp_server_timing
 from labkit.serving.records import RequestRecord
 

@@ -27,8 +27,9 @@ LAYERS: list[set[str]] = [
     {"labkit.serving"},
     {"labkit.engines"},
     {"labkit.production"},
-    {"labkit.report", "labkit.checks", "labkit.jupyter", "labkit.cli",
-     "labkit.gpucheck", "labkit"},
+    {"labkit.report", "labkit.jupyter", "labkit.gpucheck"},  # the report; a notebook's kernel; the GPU check
+    {"labkit.checks"},  # the lab's own checks, printed beside the report's verdicts
+    {"labkit.cli", "labkit"},  # the command line, and the package's own __init__
 ]
 
 
@@ -117,7 +118,8 @@ def test_the_layer_check_catches_an_upward_import_and_an_unplaced_module():
     assert layer_violations({"labkit.newthing": set()}) == [
         "labkit.newthing is in no layer: place it in LAYERS (tests/test_layout.py)"]
     assert layer_of("labkit.serving.arrivals") == layer_of("labkit.serving") == 6  # placed by package
-    assert layer_of("labkit") == layer_of("labkit.gpucheck") == len(LAYERS) - 1
+    assert layer_of("labkit") == layer_of("labkit.cli") == len(LAYERS) - 1
+    assert layer_of("labkit.report.site") < layer_of("labkit.checks.setup") < layer_of("labkit.cli")
 
 
 def test_function_level_and_absolute_imports_are_seen(tmp_path, monkeypatch):
@@ -179,3 +181,121 @@ def test_notebook_code_cells_stay_short(tmp_path):
     nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": ["x = 1\n"] * 31},
                                         {"cell_type": "markdown", "source": ["a\n"] * 40}]}))
     assert long_cells(nb) == [(0, 31)]
+
+
+# One import path per name: a labkit module hands out only the names it defines (a package's __init__
+# aside), so ``from labkit.serving.loadgen import LoadSpec`` fails when LoadSpec lives in loadspec.
+ROOT = PKG.parent
+
+
+def _top_names(path: Path) -> tuple[set[str], set[str], list[str]]:
+    """(names ``path`` defines at module level, names of labkit objects it imports (modules aside), its
+    ``__all__``)."""
+    defined, imported, exported = set(), set(), []
+    pkg = _name(path) if path.name == "__init__.py" else _name(path).rpartition(".")[0]
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        defined.add(n.id)
+                        if n.id == "__all__" and isinstance(node.value, ast.List | ast.Tuple):
+                            exported = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("labkit")):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg) \
+                if node.level else (node.module or "")
+            imported |= {a.asname or a.name for a in node.names if not _is_module(f"{base}.{a.name}")}
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.FunctionDef | ast.ClassDef):
+                    defined.add(sub.name)
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    defined.add(sub.id)
+    return defined, imported - defined, exported
+
+
+def _module_file(module: str) -> Path | None:
+    path = ROOT / module.replace(".", "/")
+    return path.with_suffix(".py") if path.with_suffix(".py").exists() else None  # packages are allowed
+
+
+def _sources() -> list[tuple[str, str, str]]:
+    """(file, its package for relative imports, Python source) of labkit, tests, benchmarks and notebooks."""
+    out = []
+    for folder in ("labkit", "tests", "benchmarks"):
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            rel = p.relative_to(ROOT)
+            pkg = ".".join(rel.parent.parts) if p.name != "__init__.py" else ".".join(rel.parent.parts)
+            out.append((str(rel), pkg, p.read_text()))
+    for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(p.read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                         and not "".join(c["source"]).lstrip().startswith(("!", "%")))
+        out.append((str(p.relative_to(ROOT)), "", code))
+    return out
+
+
+def second_import_paths(sources: list[tuple[str, str, str]]) -> list[str]:
+    """Each ``file: module.name`` that reaches a name through a labkit module that only imports it (by
+    ``from module import name`` or ``module.name``)."""
+    problems, cache = [], {}
+
+    def borrowed(module: str, name: str) -> bool:
+        path = _module_file(module)
+        if path is None or _is_module(f"{module}.{name}"):
+            return False
+        if path not in cache:
+            cache[path] = _top_names(path)
+        defined, imported, _ = cache[path]
+        return name in imported and name not in defined
+
+    for file, pkg, src in sources:
+        tree = ast.parse(src)
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg) \
+                    if node.level else (node.module or "")
+                if not base.startswith("labkit"):
+                    continue
+                for a in node.names:
+                    if _module_file(f"{base}.{a.name}"):
+                        aliases[a.asname or a.name] = f"{base}.{a.name}"
+                    elif borrowed(base, a.name):
+                        problems.append(f"{file}: {base}.{a.name}")
+            elif isinstance(node, ast.Import):
+                aliases |= {a.asname: a.name for a in node.names if a.asname and a.name.startswith("labkit")}
+        for node in ast.walk(tree) if not file.startswith("tests/") else ():  # a test may patch module.name
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases:
+                module = aliases[node.value.id]
+                if borrowed(module, node.attr):
+                    problems.append(f"{file}: {module}.{node.attr}")
+    return sorted(set(problems))
+
+
+def foreign_exports() -> list[str]:
+    """Each name a module's ``__all__`` lists that it does not define (a package's __init__ aside)."""
+    problems = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name != "__init__.py":
+            defined, _, exported = _top_names(path)
+            problems += [f"{_name(path)}.__all__ lists {n}, defined elsewhere"
+                         for n in exported if n not in defined]
+    return problems
+
+
+def test_every_name_has_one_import_path():
+    problems = second_import_paths(_sources()) + foreign_exports()
+    assert not problems, "import each name from the module that defines it:\n" + "\n".join(problems)
+
+
+def test_a_second_import_path_is_spotted():
+    src = ("from labkit.serving.loadgen import LoadSpec\n"
+           "from labkit.serving import loadgen\nloadgen.ClientSpec\n")
+    assert second_import_paths([("x.py", "", src)]) == [
+        "x.py: labkit.serving.loadgen.ClientSpec", "x.py: labkit.serving.loadgen.LoadSpec"]
+    assert second_import_paths([("x.py", "", "from labkit.serving.loadspec import LoadSpec\n")]) == []

@@ -10,7 +10,7 @@ import pytest
 
 from labkit.engines import llamacpp, llamacpp_build, server
 from labkit.paths import data
-from labkit.serving import loadgen, openai_api
+from labkit.serving import loadgen, loadspec, openai_api
 
 
 def test_flags_are_portable_on_x86_and_default_on_macos() -> None:
@@ -75,7 +75,7 @@ def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
         assert t.kind == "llamacpp" and t.dtype == "Q4_1" and t.startup_s is not None
         names = openai_api.check_openai_server(t.url)
         assert names == ["smollm2"], names
-        s = loadgen.run(t.url, loadgen.LoadSpec(4, 2, max_tokens=8), loadgen.ClientSpec(model="smollm2",
+        s = loadgen.run(t.url, loadspec.LoadSpec(4, 2, max_tokens=8), loadspec.ClientSpec(model="smollm2",
                         ignore_eos=True), progress=False)
         assert s["completed"] == 4 and all(r.output_tokens == 8 for r in s["requests"])
         m = llamacpp.scrape_metrics(t.url)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from labkit.cli import main as labkit_main
-from labkit.engines.vllm import free_port
+from labkit.engines.process import free_port
 from labkit.serving import loadgen, plots
-from labkit.serving.loadgen import ClientSpec, LoadSpec
+from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.serving.local import transformers_backend
 from labkit.serving.streaming import ServerError
 from labkit.table import format_rows

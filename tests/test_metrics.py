@@ -250,7 +250,7 @@ def test_prompt_length_sentence_follows_the_numbers(long_tpot, words):
 def test_load_run_tokens_add_up_per_request_when_chunks_carry_several(srv, tmp_path):
     """What chapter 02 once asserted at run time: every token is counted, never a chunk for a token."""
     from labkit.serving import loadgen
-    from labkit.serving.loadgen import LoadSpec
+    from labkit.serving.loadspec import LoadSpec
 
     srv.opts["tokens_per_chunk"] = 3
     s = loadgen.run(srv.url, LoadSpec(6, 2, max_tokens=8, warmup=0), out=tmp_path, progress=False)

@@ -545,7 +545,7 @@ def test_server_vs_client_counts():
 def test_watched_run_on_a_real_llama_server():
     """The mapping against the build's live /metrics: 2 slots, 6 requests 3 at a time."""
     from labkit.engines import llamacpp
-    from labkit.serving.loadgen import LoadSpec
+    from labkit.serving.loadspec import LoadSpec
 
     if not llamacpp.llamacpp_available():
         if llamacpp.llamacpp_required():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from labkit.serving import loadgen, metrics
+from labkit.serving import loadgen, loadspec, metrics
 from labkit.serving.records import RequestRecord, fail, finish_record, new_record
 
 # Lines in the format `labkit bench` wrote before RequestRecord existed (one OpenAI-compatible
@@ -77,7 +77,7 @@ def test_a_new_record_is_not_ok_until_a_client_says_so():
 
 
 def test_a_runs_jsonl_agrees_with_its_records(srv, tmp_path):
-    s = loadgen.run(srv.url, loadgen.LoadSpec(5, 2, max_tokens=3, warmup=1), out=tmp_path, progress=False)
+    s = loadgen.run(srv.url, loadspec.LoadSpec(5, 2, max_tokens=3, warmup=1), out=tmp_path, progress=False)
     lines = (tmp_path / "c2.jsonl").read_text().splitlines()
     read = [RequestRecord.from_json(x) for x in lines]
     assert [r.phase for r in read] == ["warmup"] + ["run"] * 5

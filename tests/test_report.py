@@ -12,7 +12,8 @@ import nbformat
 import pytest
 
 from labkit import results
-from labkit.chapters import CHAPTERS, NOTEBOOKS, REPO
+from labkit.chapters import CHAPTERS
+from labkit.paths import NOTEBOOKS, REPO
 from labkit.report import build, computed, ledger, machines, page, site, verdicts
 from labkit.report.ledger import Claim, holds, load_ledger, parse_expect, split_key
 
@@ -38,7 +39,8 @@ def _key_pattern(node: ast.expr) -> str | None:
 def recorded_by_notebooks() -> dict[str, set[str]]:
     """chapter -> patterns of the keys its notebook may record: every string literal of its code (keys
     are passed to record() directly or through a loop over literals) and every f-string, with ``.+``
-    for each formatted part. Each record() call must name its own chapter, literally."""
+    for each formatted part; and the keys labkit's own record() calls name for the chapter. Each
+    record() call must name its own chapter, literally."""
     found: dict[str, set[str]] = {}
     for short, name in CHAPTERS.items():
         path = NOTEBOOKS / name
@@ -57,6 +59,14 @@ def recorded_by_notebooks() -> dict[str, set[str]]:
                     ch = node.args[0]
                     assert isinstance(ch, ast.Constant), f"{name}: record() needs its chapter as a literal"
                     assert ch.value == short, f"{name} records into chapter {ch.value!r}, not {short!r}"
+    for path in sorted((REPO / "labkit").rglob("*.py")):  # labkit functions that record where they measure
+        for node in ast.walk(ast.parse(path.read_text())):
+            args = node.args if isinstance(node, ast.Call) else []
+            if len(args) < 2 or not isinstance(args[0], ast.Constant):
+                continue
+            chapter, name = node.args[0].value, getattr(node.func, "id", getattr(node.func, "attr", ""))
+            if name == "record" and chapter in found and (pattern := _key_pattern(node.args[1])):
+                found[chapter].add(pattern)
     return found
 
 

@@ -10,10 +10,10 @@ import pytest
 
 from labkit.engines import prometheus, vllm
 from labkit.engines.vllm import vllm_required
-from labkit.serving import loadgen, openai_api, streaming
+from labkit.serving import loadgen, loadspec, openai_api, streaming
 
 pytestmark = pytest.mark.slow  # each test uses the session's real vLLM server
-SERVED = loadgen.ClientSpec(model=vllm.SERVED_NAME, ignore_eos=True)
+SERVED = loadspec.ClientSpec(model=vllm.SERVED_NAME, ignore_eos=True)
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,7 @@ def vllm_url():
 
 
 def test_load_test_against_vllm(vllm_url):
-    s = loadgen.run(vllm_url, loadgen.LoadSpec(4, 2, max_tokens=12, warmup=1), SERVED, progress=False)
+    s = loadgen.run(vllm_url, loadspec.LoadSpec(4, 2, max_tokens=12, warmup=1), SERVED, progress=False)
     assert s["accounted"] and s["completed"] == 4, s["status_counts"]
     for r in s["requests"]:
         assert r.output_tokens == 12 and r.token_source == "usage-continuous"
@@ -51,7 +51,7 @@ def test_client_timing_against_vllm_server_histograms(vllm_url):
     ``vllm:e2e_request_latency_seconds`` (server side; the client can only be later), and labkit's
     mean ITL against vLLM's inter-token histogram (one token per chunk here, so they agree)."""
     before = vllm.scrape_metrics(vllm_url)
-    s = loadgen.run(vllm_url, loadgen.LoadSpec(4, 1, max_tokens=12, warmup=0), SERVED, progress=False)
+    s = loadgen.run(vllm_url, loadspec.LoadSpec(4, 1, max_tokens=12, warmup=0), SERVED, progress=False)
     after = vllm.scrape_metrics(vllm_url)
     server = vllm.server_side_means(before, after)
     assert server["n_ttft_s"] == 4 and server["n_e2e_s"] == 4 and s["completed"] == 4

@@ -107,7 +107,8 @@ def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
     requests that arrive separately), through :func:`labkit.serving.loadgen.run` with exactly
     ``max_tokens`` tokens per request. A load-generator summary (``median_tps``,
     ``output_throughput`` in tokens/s, ``median_ttft_ms``...)."""
-    from ..serving.loadgen import LoadSpec, run
+    from ..serving.loadgen import run
+    from ..serving.loadspec import LoadSpec
     from ..serving.local import transformers_backend
 
     backend = transformers_backend(model, tokenizer, ignore_eos=True)
@@ -120,9 +121,10 @@ def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
                    max_tokens: int = 32) -> dict[int, dict[str, Any]]:
     """Closed-loop runs of :func:`labkit.serving.loadgen.run` against an OpenAI-compatible server at
     each concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
-    concurrency -> requests (default :func:`labkit.serving.loadgen.default_requests`). One warm-up
+    concurrency -> requests (default :func:`labkit.serving.loadspec.default_requests`). One warm-up
     request before the first run. Returns concurrency -> summary."""
-    from ..serving.loadgen import ClientSpec, LoadSpec, default_requests, sweep
+    from ..serving.loadgen import sweep
+    from ..serving.loadspec import ClientSpec, LoadSpec, default_requests
 
     counts = {c: (n_requests or {}).get(c) or default_requests(c) for c in concurrencies}
     spec = LoadSpec(max_tokens=max_tokens, prompts=list(prompts or short_prompts(max(counts.values()))))

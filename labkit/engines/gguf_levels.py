@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import llamacpp
+from . import llamacpp, process
 
 BASE = "Q4_1"
 #: The precision steps whose decode speed-up chapter 06 compares with the tutorial's 30-50%.
@@ -61,7 +61,7 @@ def answer(gguf: str | Path, question: str, max_tokens: int = 40,
         rec = streaming.measure(openai_api.openai_backend(server.url, llamacpp.SERVED_NAME, temperature=0.0),
                                 question, max_tokens)
     finally:
-        llamacpp.stop(server)
+        process.stop(server)
     return {"text": rec.text, "tokens": rec.output_tokens, "status": rec.status,
             "startup_s": server.startup_s}
 

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from . import llamacpp_build, process, prometheus
-from .process import Server, free_port, stop
+from .process import Server, free_port
 
 __all__ = ["bench", "gguf_type", "llamacpp_available", "llamacpp_server", "parse_bench", "perplexity",
-           "quantize", "start_llamacpp", "stop"]
+           "quantize", "start_llamacpp"]
 
 SERVED_NAME = "smollm2"
 #: llama-quantize's names for the levels chapter 06 compares (F32/F16 are not quantized).

@@ -6,7 +6,8 @@ x86_64 only). Everything here talks to it as a subprocess: nothing imports vLLM.
 
 Usage::
 
-    from labkit.serving.loadgen import ClientSpec, LoadSpec, run
+    from labkit.serving.loadgen import run
+    from labkit.serving.loadspec import ClientSpec, LoadSpec
     from labkit.engines.vllm import vllm_available, vllm_server
     if vllm_available():
         with vllm_server() as url:            # about 20-40 s until /health answers on 2 CPU cores
@@ -49,9 +50,9 @@ from typing import Any
 
 from ..paths import REPO
 from . import process, prometheus
-from .process import Server, free_port, guarded, stop, wait_ready
+from .process import Server, free_port, guarded, stop
 
-__all__ = ["Server", "free_port", "start_vllm", "stop", "vllm_available", "vllm_server", "wait_ready"]
+__all__ = ["start_vllm", "vllm_available", "vllm_server"]
 
 VLLM_VENV = REPO / ".venv-vllm"
 SERVED_NAME = "smollm2"

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..serving import loadgen
+from ..serving import loadgen, loadspec
 from . import prometheus
 
 # A system prompt long enough to fill several cache blocks; numbered rules keep it plain text.
@@ -95,8 +95,8 @@ def hit_vs_miss(url: str, model: str, tokenizer: Any, shared_tokens: int = 512, 
     (cached / looked-up tokens for each kind), ``metric_names``, and the per-request ``ttft_s`` lists."""
     scrape_metrics = lambda: prometheus.scrape(url, "vllm:")
     p = prompts(tokenizer, shared_tokens, n)
-    client = loadgen.ClientSpec(model=model, endpoint="completions", ignore_eos=True)
-    alone = lambda prompt: loadgen.LoadSpec(1, max_tokens=max_tokens, prompts=[prompt], warmup=0)
+    client = loadspec.ClientSpec(model=model, endpoint="completions", ignore_eos=True)
+    alone = lambda prompt: loadspec.LoadSpec(1, max_tokens=max_tokens, prompts=[prompt], warmup=0)
     loadgen.run(url, alone(p["warmup"]), client, progress=False)
     ttft: dict[str, list[float]] = {"hit": [], "miss": []}
     counts = {kind: {"hits": 0.0, "queries": 0.0} for kind in ttft}

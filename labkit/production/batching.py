@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..serving import loadgen, metrics
+from ..serving import loadgen, loadspec, metrics
 from ..serving.loadspec import Prompt
 from ..serving.records import RequestRecord
 from ..stats import summary
@@ -64,8 +64,8 @@ def workload(n: int = 24, short: tuple[int, int] = (4, 16), long: tuple[int, int
 def _run(url: str, model: str, requests: Requests, concurrency: int) -> dict[str, Any]:
     """``requests`` through the load generator, ``concurrency`` in flight, exactly their ``max_tokens``."""
     prompts = [cast(Prompt, r) for r in requests]
-    spec = loadgen.LoadSpec(len(requests), concurrency, prompts=prompts, warmup=0)
-    return loadgen.run(url, spec, loadgen.ClientSpec(model=model, ignore_eos=True), progress=False)
+    spec = loadspec.LoadSpec(len(requests), concurrency, prompts=prompts, warmup=0)
+    return loadgen.run(url, spec, loadspec.ClientSpec(model=model, ignore_eos=True), progress=False)
 
 
 def continuous(url: str, model: str, requests: Requests, batch: int) -> dict[str, Any]:
@@ -232,8 +232,8 @@ def paired_rounds(rounds: Sequence[dict[str, Any]], requests: Requests, batch: i
 
 
 def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:
-    spec = loadgen.LoadSpec(n, concurrency, max_tokens=max_tokens, warmup=0)
-    return loadgen.run(url, spec, loadgen.ClientSpec(model=model, ignore_eos=True), progress=False)
+    spec = loadspec.LoadSpec(n, concurrency, max_tokens=max_tokens, warmup=0)
+    return loadgen.run(url, spec, loadspec.ClientSpec(model=model, ignore_eos=True), progress=False)
 
 
 def table_row(s: dict[str, Any], policy: str | None = None) -> dict[str, Any]:

@@ -15,16 +15,8 @@ from typing import Any
 from ..hardware.catalog import ACCELERATORS
 from ..llm.architecture import SHIPPED, load_config
 from . import routing
-from .deploy import (
-    GATEWAY_NAMESPACE,
-    NAMESPACE,
-    PROMETHEUS_URL,
-    SHUTDOWN_TIMEOUT_S,
-    VLLM_IMAGE,
-    bundle,
-    to_yaml,
-)
-from .k8s import revision_for
+from .deploy import VLLM_IMAGE, bundle, to_yaml
+from .k8s import GATEWAY_NAMESPACE, NAMESPACE, PROMETHEUS_URL, SHUTDOWN_TIMEOUT_S, revision_for
 
 
 def write(out_dir: str | Path, model_id: str, config: dict[str, Any], prometheus_url: str = PROMETHEUS_URL,

@@ -44,10 +44,9 @@ import simpy
 
 from ..stats import percentile
 from .scaler import ScalerConfig
-from .traces import SPIKES, Service, burst_trace, day_trace, rate_at
+from .traces import Service
 
-__all__ = ["SPIKES", "ScalerConfig", "Service", "burst_trace", "day_trace", "over_seeds", "plot_fleet",
-           "rate_at", "seed_verdict", "service_times", "simulate_fleet"]
+__all__ = ["over_seeds", "plot_fleet", "seed_verdict", "service_times", "simulate_fleet"]
 
 @dataclass(slots=True)
 class _Replica:

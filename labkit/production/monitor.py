@@ -114,10 +114,10 @@ def watched_run(base_url: str, model: str, spec: LoadSpec,
     """``loadgen.run(base_url, spec)`` (a :class:`~labkit.serving.loadspec.LoadSpec`; ``model`` served,
     ``ignore_eos``) inside a :class:`Sampler` of the host and ``base_url``'s /metrics every ``interval_s``
     s: ``(samples, the run's summary)``, its ``requests`` the records :func:`dashboard` takes."""
-    from ..serving import loadgen
+    from ..serving import loadgen, loadspec
 
     with Sampler(interval_s, base_url) as sm:
-        run = loadgen.run(base_url, spec, loadgen.ClientSpec(model=model, ignore_eos=True), progress=False)
+        run = loadgen.run(base_url, spec, loadspec.ClientSpec(model=model, ignore_eos=True), progress=False)
     return sm.samples, run
 
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from ..serving import arrivals
 from ..stats import summary
-from .fleet import Service, service_times
+from .fleet import service_times
+from .traces import Service
 
 STRATEGIES = ("blue_green", "canary")
 

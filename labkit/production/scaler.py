@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from . import k8s
+
 
 @dataclass
 class ScalerConfig:
@@ -63,19 +65,17 @@ class ScalerConfig:
     def manifest(cls, running_target: float, queue_target: float, min_replicas: int = 2,
                  max_replicas: int = 20, cold_start_s: float = 120.0, **kw: Any) -> ScalerConfig:
         """The autoscaler deploy/k8s describes (:mod:`labkit.production.deploy`): running requests
-        with queue depth second, its ``behavior`` (:data:`~labkit.production.deploy.HPA_BEHAVIOR`),
+        with queue depth second, its ``behavior`` (:data:`~labkit.production.k8s.HPA_BEHAVIOR`),
         Kubernetes' 10% tolerance and 15 s sync, a 15 s scrape, at least two replicas (what the
         manifests require, so a drain always leaves one serving), and the pods' drain
-        (:data:`~labkit.production.deploy.DRAIN_S`: preStop delay plus vLLM's ``--shutdown-timeout``)."""
-        from . import deploy
-
-        b = deploy.HPA_BEHAVIOR
+        (:data:`~labkit.production.k8s.DRAIN_S`: preStop delay plus vLLM's ``--shutdown-timeout``)."""
+        b = k8s.HPA_BEHAVIOR
         up = {p["type"]: p for p in b["scaleUp"]["policies"]}
         (down,) = b["scaleDown"]["policies"]
         return cls(**{**dict(
             min_replicas=min_replicas, max_replicas=max_replicas, signal="running", target=running_target,
-            second=("waiting", queue_target), interval_s=deploy.HPA_SYNC_S, cold_start_s=cold_start_s,
-            scale_down_delay_s=b["scaleDown"]["stabilizationWindowSeconds"], tolerance=deploy.HPA_TOLERANCE,
-            scrape_s=deploy.SCRAPE_S, up_pods=up["Pods"]["value"], up_percent=up["Percent"]["value"],
+            second=("waiting", queue_target), interval_s=k8s.HPA_SYNC_S, cold_start_s=cold_start_s,
+            scale_down_delay_s=b["scaleDown"]["stabilizationWindowSeconds"], tolerance=k8s.HPA_TOLERANCE,
+            scrape_s=k8s.SCRAPE_S, up_pods=up["Pods"]["value"], up_percent=up["Percent"]["value"],
             up_period_s=up["Pods"]["periodSeconds"], down_pods=down["value"],
-            down_period_s=down["periodSeconds"], grace_s=deploy.DRAIN_S), **kw})
+            down_period_s=down["periodSeconds"], grace_s=k8s.DRAIN_S), **kw})

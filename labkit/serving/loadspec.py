@@ -6,7 +6,8 @@ requests per second, lengths tokens.
 Both check their values when made, so a bad setting fails before anything is sent, with a
 ``ValueError`` naming the setting and what it must be::
 
-    from labkit.serving.loadgen import ClientSpec, LoadSpec, run
+    from labkit.serving.loadgen import run
+    from labkit.serving.loadspec import ClientSpec, LoadSpec
     s = run("http://127.0.0.1:8000", LoadSpec(n_requests=8, concurrency=4, max_tokens=16),
             ClientSpec(model="smollm2", ignore_eos=True))
 """

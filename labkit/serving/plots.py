@@ -5,8 +5,8 @@ returns the matplotlib ``Axes`` it drew on.
 
 Example::
 
-    from labkit.serving import loadgen, plots
-    runs = loadgen.sweep(url, (1, 2, 4, 8), client=loadgen.ClientSpec(model="smollm2"))
+    from labkit.serving import loadgen, loadspec, plots
+    runs = loadgen.sweep(url, (1, 2, 4, 8), client=loadspec.ClientSpec(model="smollm2"))
     plots.plot_knee(runs)
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .metrics import RequestFigures, Summary, request_metrics
+from .figures import RequestFigures
+from .metrics import Summary, request_metrics
 
 
 def _ok(s: Summary) -> list[RequestFigures]:

@@ -119,7 +119,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    choices=["openai-chat", "openai-completions", "ollama-generate", "ollama-chat"])
     p.add_argument("--model", help="served model name (default: $LABKIT_MODEL, else the only one the "
                    "server lists)")
-    p.add_argument("-n", "--requests", type=pos_int, default=16, help="requests per concurrency level")
+    p.add_argument("-n", "--requests", type=pos_int, help="requests per concurrency level (default 16; with "
+                   "--dataset, one per prompt of the file)")
     p.add_argument("-c", "--concurrency", type=pos_int, nargs="+", default=[1],
                    help="closed loop: requests in flight; several values run a sweep")
     p.add_argument("--rate", type=pos, help="open loop: requests per second (Poisson by default)")
@@ -128,8 +129,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: none)")
     p.add_argument("--max-tokens", type=pos_int, default=32)
     p.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens (vLLM, SGLang)")
-    p.add_argument("--synthetic", nargs=2, type=pos_int, metavar=("INPUT", "OUTPUT"),
-                   help="synthetic prompts of about INPUT tokens asking OUTPUT tokens")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--synthetic", nargs=2, type=pos_int, metavar=("INPUT", "OUTPUT"),
+                      help="synthetic prompts of about INPUT tokens asking OUTPUT tokens")
+    data.add_argument("--dataset", metavar="FILE", help="prompts from a ShareGPT-style .json or a .jsonl "
+                      "(what vLLM's bench serve and GuideLLM read), each sent once with the default -n")
     p.add_argument("--range-ratio", type=_number(float, 0), default=0.0,
                    help="spread of synthetic lengths, 0 <= r < 1")
     p.add_argument("--warmup", type=count, default=1)
@@ -165,6 +169,7 @@ def _bench(a: argparse.Namespace) -> int:
     import contextlib
 
     from . import settings
+    from .serving.datasets import load_dataset
     from .serving.loadgen import knee_table, run, sweep, synthetic_requests
     from .serving.loadspec import ClientSpec, LoadSpec
     from .serving.metrics import format_report
@@ -195,6 +200,10 @@ def _bench(a: argparse.Namespace) -> int:
     slo = {k: v for k, v in (("ttft_ms", a.slo_ttft_ms), ("tpot_ms", a.slo_tpot_ms),
                              ("e2el_ms", a.slo_e2el_ms)) if v is not None} or None
     prompts = None
+    if a.dataset:
+        prompts = load_dataset(a.dataset)
+        a.requests = a.requests or len(prompts)
+    a.requests = a.requests or 16
     if a.synthetic:
         prompts = synthetic_requests(a.requests, a.synthetic[0], a.synthetic[1], a.range_ratio)
     spec = LoadSpec(n_requests=a.requests, concurrency=a.max_concurrency, rate=a.rate,

@@ -179,3 +179,39 @@ def test_measure_engine_serves_the_gguf_with_llamacpp():
     assert e.kind == "llamacpp" and e.weights == "Q4_1 GGUF" and e.threads.startswith("1 ")
     assert e.runs[2]["completed"] == 2 and e.memory_bytes is not None and e.weight_bytes is not None
     assert 90e6 < e.weight_bytes < 100e6 < e.memory_bytes  # the GGUF's tensors, then weights + KV + runtime
+
+
+
+def test_paired_rounds_alternate_the_engines_and_keep_both_up(monkeypatch):
+    """ABBA order over the rounds, each server started once for all of them (stand-ins for both)."""
+    import contextlib
+
+    from labkit.engines import llamacpp, server
+    from labkit.engines.server import Target
+
+    monkeypatch.setattr(vllm, "vllm_available", lambda: True)
+    monkeypatch.setattr(llamacpp, "llamacpp_available", lambda: True)
+    started, order = [], []
+
+    @contextlib.contextmanager
+    def stand_in(engine, **_):
+        started.append(engine)
+        yield Target(f"http://127.0.0.1:9/{engine}", engine, engine, engine)
+
+    def measure(url, model, concurrencies, n_requests, prompts, max_tokens):
+        order.append(model)
+        return {1: {"completed": n_requests[1], "tpot": 10.0 if model == "vllm" else 4.0}}
+
+    monkeypatch.setattr(server, "measured_server", stand_in)
+    monkeypatch.setattr(er, "measure_server", measure)
+    monkeypatch.setattr(er, "tpot_range_ms", lambda run: {"median": run["tpot"]})
+    out = er.paired_decode_rounds(["hi"], rounds=4, requests=2)
+    assert started == ["vllm", "llamacpp"]
+    assert order == ["vllm", "llamacpp", "llamacpp", "vllm"] * 2
+    assert out == {"vllm": [10.0] * 4, "llamacpp": [4.0] * 4}
+
+
+def test_paired_rounds_need_both_engines(monkeypatch):
+    monkeypatch.setattr(vllm, "vllm_available", lambda: False)
+    with pytest.raises(RuntimeError):
+        er.paired_decode_rounds(["hi"])

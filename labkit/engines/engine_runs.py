@@ -5,7 +5,8 @@
 flight (:func:`labkit.engines.compare.measure_server`) and reads the server's resident memory
 (:func:`process_tree_memory`, psutil); :func:`transformers_run` wraps transformers ``generate`` the
 same way. Each gives an :class:`EngineRun`; :func:`engine_rows` and :func:`memory_rows` tabulate
-them, and :mod:`labkit.engines.format_vs_engine` explains them.
+them, and :mod:`labkit.engines.format_vs_engine` explains them. :func:`paired_decode_rounds`
+measures vLLM and llama.cpp in turn, round after round, for the format/engine split.
 """
 
 from __future__ import annotations
@@ -157,6 +158,35 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
     return EngineRun(target.engine, target.kind, weights, threads_words, runs, weight_bytes, memory,
                      "server process RSS after the runs" if memory else "not measured (not started here)",
                      target.startup_s)
+
+
+def paired_decode_rounds(prompts: Sequence[str], max_tokens: int = 16, rounds: int = 4, requests: int = 2,
+                         threads: int | None = None) -> dict[str, list[float]]:
+    """vLLM's CPU build and llama-server (one slot) up at once, measured in turn, one request at a time,
+    in ABBA order (vLLM first in even rounds, llama.cpp first in odd ones) so a drift of the machine
+    hits both alike: ``{"vllm": [...], "llamacpp": [...]}``, each round's median TPOT in ms (chapter
+    05's engine factor is taken round by round from these). ``RuntimeError`` where either engine
+    cannot run here; a request that fails raises too."""
+    from . import llamacpp, server, vllm
+
+    for ok, why in ((vllm.vllm_available(), vllm.unavailable_reason), (llamacpp.llamacpp_available(),
+                                                                         llamacpp.unavailable_reason)):
+        if not ok:
+            raise RuntimeError(why())
+    out: dict[str, list[float]] = {"vllm": [], "llamacpp": []}
+    with contextlib.ExitStack() as stack:
+        lc_args = {"parallel": 1, "threads": threads or llamacpp.default_threads()}
+        targets = {"vllm": stack.enter_context(server.measured_server(engine="vllm", threads=threads)),
+                   "llamacpp": stack.enter_context(server.measured_server(engine="llamacpp",
+                                                                          llamacpp_args=lc_args))}
+        for r in range(rounds):
+            for name in (("vllm", "llamacpp") if r % 2 == 0 else ("llamacpp", "vllm")):
+                t = targets[name]
+                run = measure_server(t.url, t.model, (1,), {1: requests}, prompts, max_tokens)[1]
+                if run["completed"] != requests:
+                    raise RuntimeError(f"{t.engine}: {run['status_counts']} in round {r + 1}")
+                out[name].append(tpot_range_ms(run)["median"])
+    return out
 
 
 def engine_rows(engines: Sequence[EngineRun]) -> list[dict[str, Any]]:

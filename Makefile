@@ -28,7 +28,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup provision llamacpp lab test unit unit-slow notebooks lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
+.PHONY: setup provision llamacpp lab test unit unit-slow notebooks guidellm-setup lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
 .DEFAULT_GOAL := help
 
 help:
@@ -153,6 +153,18 @@ $(VLLM_STAMP):
 	touch $@
 
 serve-setup: $(VLLM_STAMP)
+
+# GuideLLM, for benchmarks/guidellm_side_by_side.py only, in a venv of its own (it pins its own
+# transformers and datasets); torch's CPU wheel first, so pip does not fetch a CUDA build.
+GUIDELLM_VENV := .venv-guidellm
+$(GUIDELLM_VENV)/.installed:
+	@[ -n "$(VLLM_PYTHON)" ] || { echo "$(NO_PYTHON)"; exit 1; }
+	$(VLLM_PYTHON) -m venv $(GUIDELLM_VENV)
+	$(GUIDELLM_VENV)/bin/pip install -q --upgrade pip
+	$(GUIDELLM_VENV)/bin/pip install torch==2.13.0 guidellm==0.7.3
+	touch $@
+
+guidellm-setup: $(GUIDELLM_VENV)/.installed
 
 # The bundled model behind an OpenAI-compatible vLLM server on 127.0.0.1:8000 (Ctrl-C stops it).
 serve: setup serve-setup

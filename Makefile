@@ -155,7 +155,8 @@ $(VLLM_STAMP):
 serve-setup: $(VLLM_STAMP)
 
 # GuideLLM, for benchmarks/guidellm_side_by_side.py only, in a venv of its own (it pins its own
-# transformers and datasets); torch's CPU wheel first, so pip does not fetch a CUDA build.
+# transformers and datasets); torch's CPU wheel first, so pip does not fetch a CUDA build
+# (about 1.5 GB and under a minute here, against 6 GB with the CUDA build).
 GUIDELLM_VENV := .venv-guidellm
 $(GUIDELLM_VENV)/.installed:
 	@[ -n "$(VLLM_PYTHON)" ] || { echo "$(NO_PYTHON)"; exit 1; }

@@ -46,12 +46,11 @@ FIGURES = (("median TTFT (ms)", "median_ttft_ms", "time_to_first_token_ms"),
            ("median ITL (ms)", "median_itl_ms", "inter_token_latency_ms"))
 
 
-def write_prompts(path: Path, n: int, max_tokens: int) -> list[str]:
-    """The first ``n`` shipped prompts as JSONL, each asking ``max_tokens`` tokens; their texts."""
+def write_prompts(path: Path, n: int, max_tokens: int) -> None:
+    """The first ``n`` shipped prompts as JSONL at ``path``, each asking ``max_tokens`` tokens."""
     prompts = [p["prompt"] for p in loadgen.load_prompts()][:n]
     lines = (json.dumps({"prompt": p, "output_tokens_count": max_tokens}) + "\n" for p in prompts)
     path.write_text("".join(lines))
-    return prompts
 
 
 def labkit_run(url: str, data: Path, n: int, c: int, max_tokens: int, out: Path) -> dict[str, float]:

@@ -228,8 +228,7 @@ def _sources() -> list[tuple[str, str, str]]:
     for folder in ("labkit", "tests", "benchmarks"):
         for p in sorted((ROOT / folder).rglob("*.py")):
             rel = p.relative_to(ROOT)
-            pkg = ".".join(rel.parent.parts) if p.name != "__init__.py" else ".".join(rel.parent.parts)
-            out.append((str(rel), pkg, p.read_text()))
+            out.append((str(rel), ".".join(rel.parent.parts), p.read_text()))
     for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(p.read_text())["cells"]
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code"

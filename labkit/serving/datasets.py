@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .loadspec import Prompt
+from .loadspec import Prompt, _whole
 
 OUTPUT_KEYS = ("max_tokens", "output_tokens", "output_tokens_count", "output_len")
 TEXT_KEYS = ("prompt", "text")
@@ -28,10 +28,8 @@ TEXT_KEYS = ("prompt", "text")
 def _max_tokens(obj: dict, where: str) -> int | None:
     for key in OUTPUT_KEYS:
         if obj.get(key) is not None:
-            value = obj[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{where}: {key} must be a whole number >= 1, got {value!r}")
-            return value
+            _whole(f"{where}: {key}", obj[key], 1)  # the check LoadSpec makes of its own counts
+            return obj[key]
     return None
 
 

@@ -52,12 +52,16 @@ class DrainRun:
     streams: int
     max_tokens: int
     completed: int
-    cut: int
     tokens_at_term: int
     exit_s: float | None
     late_request: str
     received: tuple[int, ...] = ()
     errors: tuple[str, ...] = ()
+
+    @property
+    def cut(self) -> int:
+        """Streams that did not get every token and a ``finish_reason``."""
+        return self.streams - self.completed
 
 
 async def _stream(client: httpx.AsyncClient, url: str, body: dict, s: Stream) -> None:
@@ -116,10 +120,9 @@ async def _run(server: Server, model: str, prompt: str, n: int, max_tokens: int,
             exit_s = time.perf_counter() - t_term
             break
         await asyncio.sleep(0.05)
-    done = sum(s.finished and s.tokens >= max_tokens for s in streams)
-    return DrainRun(n, max_tokens, done, n - done, at_term, exit_s, late_request,
-                    tuple(s.tokens for s in streams), tuple(s.error or "ended early" for s in streams
-                                                             if not (s.finished and s.tokens >= max_tokens)))
+    cut = [s for s in streams if not (s.finished and s.tokens >= max_tokens)]
+    return DrainRun(n, max_tokens, n - len(cut), at_term, exit_s, late_request,
+                    tuple(s.tokens for s in streams), tuple(s.error or "ended early" for s in cut))
 
 
 def sigterm_during_streams(server: Server, model: str, prompt: str = "Tell me a long story.", n: int = 4,

@@ -1,84 +1,89 @@
-"""Blue-green against canary rollouts (labkit.production.rollout, chapter 08): replicas billed, requests
-exposed to a bad version, detection after a number of observed failures, the rollback, independent
-streams over seeds, determinism and bad input."""
+"""Blue-green against canary rollouts (labkit.production.rollout, chapter 08): replicas billed, the
+analysis deploy/'s canary runs (error ratio over non-overlapping windows, a minimum of answers, a
+failure limit, the evidence pause), exposure over a fixed horizon, independent streams over seeds,
+determinism and bad input."""
 
 import math
 
 import numpy as np
 import pytest
 
-from labkit.production import rollout
+from labkit.production import canary, rollout
+from labkit.results import load
 
 STRATEGIES = {"blue-green": dict(strategy="blue_green"), "canary": dict(strategy="canary")}
+BUSY = dict(replicas=20, rps=20.0, service_s=4.0, slots_per_replica=8, cold_start_s=120)
 
 
-def test_blue_green_doubles_replicas_canary_exposes_its_share():
-    kw = dict(replicas=4, rps=20.0, service_s=0.4, slots_per_replica=8, detect_failures=None,
-              cold_start_s=120, seed=3, step_s=300)
-    bg, can = rollout.rollout("blue_green", **kw), rollout.rollout("canary", **kw)
-    assert bg["outcome"] == "completed" and bg["duration_s"] == 420.0             # never seen
-    assert bg["mean_replicas"] == pytest.approx(8.0) and bg["peak_replicas"] == 8
-    assert bg["extra_gpu_hours"] == pytest.approx(4 * 420 / 3600)
-    assert bg["requests_exposed"] == pytest.approx(20.0 * 300, rel=0.05) == bg["failed"]
-    assert can["plan"][1]["new_share"] == 0.05 and can["plan"][1]["t_s"] == 120.0    # the 5% step, once ready
-    for r in (bg, can):
-        assert r["accounted"] and r["completed"] + r["failed"] == r["requests"]
-        assert math.isnan(r["detected_s"])
+def test_good_rollouts_bill_two_full_sets_at_their_peak():
+    bg, can = (rollout.rollout(s, **BUSY, bad=False, base_error_rate=0.0) for s in rollout.STRATEGIES)
+    assert bg["outcome"] == can["outcome"] == "promoted" and not bg["promoted_bad"]
+    assert bg["duration_s"] == 120 + 600 and bg["peak_replicas"] == 40
+    assert bg["extra_gpu_hours"] == pytest.approx(20 * 720 / 3600)
+    # the canary: 1, 5, 10 then 20 new replicas, the stable set at 20 until the promotion (Argo's default)
+    assert [p["old_billed"] for p in can["plan"]][:-1] == [20] * (len(can["plan"]) - 1)
+    assert can["plan"][-1]["old_billed"] == 0 and can["peak_replicas"] == 40 and can["pauses"] == 0
+    ready = [p["new_share"] for p in can["plan"] if p["new_ready"] == p["new_billed"]]
+    assert ready == [0, 0.05, 0.25, 0.5, 1.0, 1.0]
+    assert can["duration_s"] == 4 * 120 + 3 * 600 + rollout.SCALE_DOWN_DELAY_S
+    assert can["failed"] == bg["failed"] == 0 and can["completed"] == can["requests"]
+    assert rollout.rollout("canary", **BUSY, bad=False, base_error_rate=0.0) == can   # deterministic
 
 
-def test_detection_needs_failures_so_a_small_canary_notices_later():
-    kw = dict(replicas=4, rps=2.0, service_s=10.0, slots_per_replica=8, detect_failures=5, error_rate=1.0,
-              react_s=30.0, cold_start_s=120)
-    bg, can = rollout.rollout("blue_green", **kw), rollout.rollout("canary", **kw)
-    for r in (bg, can):
-        assert r["outcome"] == "rolled_back" and r["failed"] == r["requests_exposed"] >= 5
-        assert r["accounted"] and r["detected_s"] >= 10.0 + 30.0                  # a service time + react
-    # blue-green: 2 requests/s fail from 120 s; the 5th comes back about 2.5 + 10 s later, seen 30 s after
-    assert bg["detected_s"] == pytest.approx(2.5 + 10 + 30, abs=6)
-    assert bg["requests_exposed"] == pytest.approx(2.0 * bg["detected_s"], rel=0.3)
-    assert can["detected_s"] > 2 * bg["detected_s"]                                # 5% of the traffic
-    assert can["requests_exposed"] < bg["requests_exposed"]
-    half = rollout.rollout("blue_green", **{**kw, "error_rate": 0.5})
-    assert half["failed"] < half["requests_exposed"]
-    assert half["completed"] + half["failed"] == half["requests"]
+def test_a_bad_version_is_rolled_back_after_two_failed_windows():
+    for strategy in rollout.STRATEGIES:
+        r = rollout.rollout(strategy, **BUSY, error_rate=0.05)
+        assert r["outcome"] == "rolled_back" and not r["promoted_bad"]
+        # measurements every WINDOW_S from the first weight; the second failed one rolls back
+        assert r["detected_s"] == pytest.approx(2 * canary.ANALYSIS_INTERVAL_S)
+        assert r["plan"][-1]["new_billed"] == 0 and r["plan"][-1]["old_billed"] == 20
+    bg = rollout.rollout("blue_green", **BUSY, error_rate=0.05)
+    assert bg["requests_exposed"] == pytest.approx(20.0 * 600, rel=0.05)   # all traffic for two windows
+    can = rollout.rollout("canary", **BUSY, error_rate=0.05)
+    assert can["requests_exposed"] < bg["requests_exposed"] / 5            # 5% of it
 
 
-def test_good_rollouts_complete():
-    kw = dict(replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8, bad=False, cold_start_s=120)
-    bg, can = rollout.rollout("blue_green", **kw), rollout.rollout("canary", **kw)
-    assert bg["outcome"] == can["outcome"] == "completed" and bg["failed"] == can["failed"] == 0
-    assert bg["duration_s"] == 120 + 600 and bg["gpu_hours"] == pytest.approx(8 * 720 / 3600)
-    # canary replicas 1, 1, 2, 4 of 4: three cold starts and three held steps
-    assert can["duration_s"] == 3 * 120 + 3 * 600
-    assert [p["new_ready"] for p in can["plan"]] == [0, 1, 1, 1, 2, 2, 4]
-    assert [p["new_share"] for p in can["plan"]] == [0, 0.05, 0.25, 0.25, 0.5, 0.5, 1.0]
-    assert [p["old_billed"] for p in can["plan"]] == [4, 4, 3, 3, 2, 2, 0]
-    assert can["completed"] == can["requests"] and 0 < can["peak_utilization"] <= 1
-    assert can["extra_gpu_hours"] < bg["extra_gpu_hours"]
-    never_seen = rollout.rollout("canary", **{**kw, "bad": True, "detect_failures": None})
-    assert never_seen["outcome"] == "completed" and never_seen["failed"] == never_seen["requests_exposed"] > 0
-    assert rollout.rollout("canary", **kw) == can                # deterministic with the seed
+def test_too_little_traffic_is_never_judged_and_the_paused_canary_is_promoted():
+    # 5%, 25% and 50% of 0.5 requests/s never bring MIN_REQUESTS answers into one window
+    slow = dict(BUSY, replicas=4, rps=0.5, service_s=10.0)
+    can = rollout.rollout("canary", **slow, error_rate=0.5)
+    assert can["outcome"] == "promoted" and can["promoted_bad"] and can["pauses"] == 3
+    assert can["duration_s"] == 3 * 120 + 3 * (600 + rollout.PERSON_S) + rollout.SCALE_DOWN_DELAY_S
+    bg = rollout.rollout("blue_green", **slow, error_rate=0.5)
+    assert bg["outcome"] == "promoted" and bg["promoted_bad"]   # 0.5 requests/s: 150 answers a window
+    assert can["requests_exposed"] == pytest.approx(bg["requests_exposed"], rel=0.5)
 
 
-def test_every_request_is_accounted_for():
-    # holds by construction (completed + failed = arrivals): a unit test, not a chapter claim
-    for seed in range(10):
-        for strategy in rollout.STRATEGIES:
-            r = rollout.rollout(strategy, replicas=3, rps=0.5, service_s=lambda g: g.exponential(20.0),
-                                slots_per_replica=4, error_rate=0.3, seed=seed)
-            assert r["accounted"] and r["completed"] + r["failed"] == r["requests"]
-            assert r["failed"] <= r["requests_exposed"] <= r["requests"]
+def _judge(n_per_s: float, failed: list[int], p_new: float = 0.5) -> rollout._Judge:
+    arr = np.arange(0.0, 3000.0, 1 / n_per_s)
+    fail = np.ones(arr.size)
+    fail[failed] = 0.0
+    j = rollout._Judge(arr, arr + 1.0, fail, np.zeros(arr.size), p_new, 0.0)
+    j.phase(0.0, 1.0)
+    j.start = 0.0
+    return j
+
+
+def test_one_burst_of_errors_fails_one_measurement_not_the_rollout():
+    # answers at 1 per second; two failed answers in one window only: one failed measurement
+    j = _judge(1.0, [400, 450])
+    assert j.watch(0.0, 3000.0) is None and j.failures == 1
+    assert _judge(1.0, [400, 450, 1000, 1010]).watch(0.0, 3000.0) == 1200.0   # a second such window
+
+
+def test_a_window_under_the_minimum_of_answers_is_not_judged(monkeypatch):
+    # 60 answers a window with one failure in each of two windows: 1.7% errors, but too few to read
+    assert _judge(0.2, [10, 100]).watch(0.0, 3000.0) is None
+    monkeypatch.setattr(rollout, "MIN_REQUESTS", 1)       # a judge without the minimum rolls back on noise
+    assert _judge(0.2, [10, 100]).watch(0.0, 3000.0) == 600.0
 
 
 def test_over_seeds_gives_each_strategy_its_own_stream():
-    runs = rollout.over_seeds({"a": dict(strategy="canary"), "b": dict(strategy="canary")}, range(3),
-                              replicas=4, rps=1.0, service_s=5.0, slots_per_replica=8, error_rate=0.5)
+    kw = dict(replicas=4, rps=1.0, service_s=5.0, slots_per_replica=8)
+    runs = rollout.over_seeds({"a": dict(strategy="canary"), "b": dict(strategy="canary")}, range(3), **kw)
     assert [len(v) for v in runs.values()] == [3, 3]
-    # the same strategy on the same seed, but another stream: the draws differ
     assert [r["requests"] for r in runs["a"]] != [r["requests"] for r in runs["b"]]
-    again = rollout.over_seeds({"a": dict(strategy="canary")}, range(3), replicas=4, rps=1.0, service_s=5.0,
-                               slots_per_replica=8, error_rate=0.5)
-    assert again["a"] == runs["a"]
+    assert rollout.over_seeds({"a": dict(strategy="canary")}, range(3), **kw)["a"] == runs["a"]
 
 
 def test_expectation_mean_and_spread():
@@ -90,24 +95,26 @@ def test_expectation_mean_and_spread():
         rollout.expectation([{"x": 1.0}, {"x": float("nan")}], "x")
 
 
-def test_canary_against_blue_green_is_open_on_average():
-    # the chapter's comparison can go either way: with answers back at once, no reaction time and
-    # little traffic, both expose about the 5 requests it takes to see 5 failures (blue-green sees them
-    # sooner), so the canary does not expose fewer; with slow answers and a reaction time it does
-    def means(service_s, rps, react_s):
-        runs = rollout.over_seeds(STRATEGIES, range(24), replicas=4, rps=rps, service_s=service_s,
-                                  slots_per_replica=8, error_rate=0.25, react_s=react_s, cold_start_s=76)
-        return {k: rollout.expectation(v, "requests_exposed") for k, v in runs.items()}
-    fast = means(0.5, 0.48, 0.0)
-    assert fast["canary"]["hi"] > fast["blue-green"]["lo"]
-    slow = means(71.0, 0.27, 60.0)
-    assert slow["canary"]["hi"] < slow["blue-green"]["lo"]
+def test_compare_records_the_worst_size():
+    rows = rollout.compare((4, 40), range(4), 0.5, record_figures=True, service_s=8.0, slots_per_replica=8,
+                           cold_start_s=120)
+    assert [(r["replicas"], r["rollout"]) for r in rows] == [
+        (4, "blue-green"), (4, "canary"), (40, "blue-green"), (40, "canary")]
+    values = load("production")["values"]
+    per_size = [values[f"canary_over_bluegreen_exposed_{n}r"]["value"] for n in (4, 40)]
+    assert values["canary_over_bluegreen_exposed"]["value"] == max(per_size)
+    assert per_size[1] < 1 < per_size[0]      # 40 replicas judge the 5% step; 4 never judge it
+    assert values["bluegreen_peak_replicas_ratio"]["value"] == 2.0
+    assert all(math.isfinite(r["extra_gpu_hours"]) for r in rows)
 
 
 def test_rollout_bad_arguments():
     kw = dict(replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8)
     for bad in (dict(strategy="big_bang"), dict(replicas=0), dict(rps=0), dict(splits=(0.5, 0.25, 1.0)),
-                dict(splits=(0.1, 0.5)), dict(step_s=0), dict(detect_failures=0), dict(react_s=-1),
-                dict(error_rate=0), dict(error_rate=1.5), dict(slots_per_replica=0)):
+                dict(splits=(0.1, 0.5)), dict(step_s=0), dict(react_s=-1), dict(person_s=-1),
+                dict(error_rate=0), dict(error_rate=1.5), dict(base_error_rate=1.0),
+                dict(slots_per_replica=0)):
         with pytest.raises(ValueError):
             rollout.rollout(**{"strategy": "canary", **kw, **bad})
+    with pytest.raises(ValueError, match="raise horizon_s"):
+        rollout.rollout("canary", **kw, horizon_s=600)

@@ -1,15 +1,30 @@
-"""Rolling out a new version of a model server, simulated (chapter 08): blue-green against canary.
+"""Rolling out a new version of a model server, simulated (chapter 08): blue-green against the canary
+that ``deploy/k8s/optional/canary.yaml`` ships, each judged the way that file's analysis judges.
 
-Blue-green starts a second full set of replicas and moves all traffic at once when it is ready;
-canary moves a growing share of the traffic to a few new replicas, step by step. :func:`rollout`
-prices one transition both in exposure (requests the new version served; when it is bad a share
-``error_rate`` of them fail) and in GPU-hours (replicas billed while both versions run). A bad
-version is noticed the way monitoring notices it: once ``detect_failures`` failed answers have come
-back (a failure is seen when its request ends, one service time after it arrived), plus ``react_s``
-to move the traffic back. A small canary sees few requests, so it needs longer to collect those
-failures. Times are seconds, rates requests/s, costs GPU-hours; arrivals are a Poisson process
-(:mod:`labkit.serving.arrivals`). :func:`over_seeds` repeats strategies on independent random
-streams, :func:`expectation` gives a figure's mean over seeds with its spread.
+Blue-green starts a second full set of replicas, moves all traffic to it once it is ready and keeps the
+old set for one step while the new one is watched. The canary (:mod:`labkit.production.canary`, Argo
+Rollouts with traffic routing) moves :data:`~labkit.production.canary.WEIGHTS` percent of the traffic
+to ``ceil(share * replicas)`` new replicas, one step of ``step_s`` each, and keeps the stable set at full
+size throughout (Argo's default with traffic routing: no ``dynamicStableScale``); at the end the new
+set is scaled to full size, takes all the traffic and the stable one goes
+:data:`SCALE_DOWN_DELAY_S` later. Both are judged by the AnalysisTemplate's rule:
+
+* every :data:`~labkit.production.canary.ANALYSIS_INTERVAL_S` s, over the answers the new version
+  returned in the last :data:`~labkit.production.canary.WINDOW_S` s: when there are at least
+  :data:`~labkit.production.canary.MIN_REQUESTS`, their error ratio above
+  :data:`~labkit.production.canary.ERROR_RATIO_LIMIT` is a failed measurement (fewer: not judged);
+  more than :data:`~labkit.production.canary.FAILURE_LIMIT` failed measurements roll back: the new
+  version's traffic returns to the old set ``react_s`` s later. The canary is watched from its first
+  weight until it takes all the traffic, blue-green for one step after its switch;
+* the canary's evidence check at the end of each step: fewer than ``MIN_REQUESTS`` answers in the step
+  pause the rollout (none at all aborts it) until a person resumes it, ``person_s`` later.
+
+Both versions fail ``base_error_rate`` of their answers; a bad new version fails ``error_rate``. The
+p99-TTFT criterion is not simulated (the fault here is an error regression). Exposure is counted over
+a fixed ``horizon_s`` from the start: a bad version that got promoted keeps serving until then.
+Times are seconds, rates requests/s, costs GPU-hours; arrivals are a Poisson process
+(:mod:`labkit.serving.arrivals`). :func:`over_seeds` repeats strategies on independent random streams,
+:func:`expectation` gives a figure's mean over seeds with its interval.
 
 Usage::
 
@@ -27,92 +42,166 @@ from typing import Any
 
 import numpy as np
 
+from ..results import record
 from ..serving import arrivals
 from ..stats import summary
+from .canary import (
+    ANALYSIS_INTERVAL_S,
+    ERROR_RATIO_LIMIT,
+    FAILURE_LIMIT,
+    MIN_REQUESTS,
+    STEP_PAUSE_S,
+    WEIGHTS,
+    WINDOW_S,
+)
 from .fleet import service_times
 from .traces import Service
 
 STRATEGIES = ("blue_green", "canary")
+SPLITS = (*(w / 100 for w in WEIGHTS), 1.0)  # the canary's shares, then promotion
+SCALE_DOWN_DELAY_S = 30  # Argo Rollouts' default delay before the set that lost its traffic is removed
+PERSON_S = 1800.0  # assumption: a rollout paused for want of evidence is resumed half an hour later
+HORIZON_S = 4 * 3600.0  # exposure and failures are counted over the first 4 hours
 
 
-def _plan(strategy: str, r: int, splits: Sequence[float], step_s: float, cold_s: float) -> list[tuple]:
-    """Steps (t_s, new version's share, new billed, old billed, new ready, old ready) of a good rollout."""
-    if strategy == "blue_green":
-        return [(0.0, 0.0, r, r, 0, r), (cold_s, 1.0, r, r, r, r), (cold_s + step_s, 1.0, r, 0, r, 0)]
-    steps, t, new, old, share = [], 0.0, 0, r, 0.0
+class _Judge:
+    """The analysis over one run's requests: which went to the new version (set phase by phase), which
+    failed, and the measurements taken so far."""
+
+    def __init__(self, arr: np.ndarray, back: np.ndarray, fail_u: np.ndarray, split_u: np.ndarray,
+                 p_new: float, p_old: float) -> None:
+        self.arr, self.back, self.fail_u, self.split_u = arr, back, fail_u, split_u
+        self.p_new, self.p_old = p_new, p_old
+        self.order = np.argsort(back)
+        self.back_sorted = back[self.order]
+        self.to_new = np.zeros(arr.size, bool)
+        self.failures, self.start = 0, math.nan
+
+    def phase(self, t: float, share: float) -> None:
+        """From ``t`` on, each arrival goes to the new version with probability ``share``."""
+        later = self.arr >= t
+        self.to_new[later] = self.split_u[later] < share
+
+    def failed(self) -> np.ndarray:
+        return self.fail_u < np.where(self.to_new, self.p_new, self.p_old)
+
+    def returned(self, t0: float, t1: float) -> tuple[int, int]:
+        """(answers the new version returned in (t0, t1], how many of them failed)."""
+        lo, hi = np.searchsorted(self.back_sorted, [t0, t1], side="right")
+        idx = self.order[lo:hi]
+        new = idx[self.to_new[idx]]
+        return int(new.size), int(np.count_nonzero(self.fail_u[new] < self.p_new))
+
+    def watch(self, t0: float, t1: float) -> float | None:
+        """Take the measurements due in (t0, t1]; the time of the one that rolls back, or None."""
+        if math.isnan(self.start):
+            return None
+        m = max(math.floor((t0 - self.start) / ANALYSIS_INTERVAL_S) + 1, 1)
+        while (c := self.start + m * ANALYSIS_INTERVAL_S) <= t1:
+            n, bad = self.returned(c - WINDOW_S, c)
+            if n >= MIN_REQUESTS and bad / n > ERROR_RATIO_LIMIT:
+                self.failures += 1
+                if self.failures > FAILURE_LIMIT:
+                    return c
+            m += 1
+        return None
+
+
+def _blue_green(j: _Judge, r: int, step_s: float, cold_s: float) -> tuple[list[tuple], float | None, int]:
+    plan: list[tuple] = [(0.0, 0.0, r, r, 0, r), (cold_s, 1.0, r, r, r, r)]
+    j.phase(cold_s, 1.0)
+    j.start = cold_s
+    if (abort := j.watch(cold_s, cold_s + step_s)) is not None:
+        return plan, abort, 0
+    return [*plan, (cold_s + step_s, 1.0, r, 0, r, 0)], None, 0
+
+
+def _canary(j: _Judge, r: int, splits: Sequence[float], step_s: float, cold_s: float,
+            person_s: float) -> tuple[list[tuple], float | None, int]:
+    plan: list[tuple] = [(0.0, 0.0, 0, r, 0, r)]
+    t, new, share, pauses = 0.0, 0, 0.0, 0
     for s in splits:
-        if (k := math.ceil(s * r - 1e-9)) > new:    # start the extra new replicas, wait a cold start
-            steps.append((t, share, k, old, new, old))
-            t += cold_s
-        new, old, share = k, math.ceil((1 - s) * r - 1e-9), s
-        steps.append((t, s, new, old, new, old))
-        t += step_s
-    return steps
-
-
-def _seen(arr: np.ndarray, fails: np.ndarray, svc: np.ndarray, k: int | None, react_s: float) -> float:
-    """When the ``k``-th failed answer has come back, plus ``react_s`` (inf: never)."""
-    back = np.sort(arr[fails] + svc[fails])
-    return math.inf if k is None or back.size < k else float(back[k - 1]) + react_s
+        if (k := math.ceil(s * r - 1e-9)) > new:      # start the extra new replicas, wait a cold start
+            plan.append((t, share, k, r, new, r))
+            if (abort := j.watch(t, t + cold_s)) is not None:
+                return plan, abort, pauses
+            t, new = t + cold_s, k
+        if s == 1.0:                                  # promotion: the old set goes a little later
+            j.phase(t, 1.0)
+            plan += [(t, 1.0, r, r, r, r), (t + SCALE_DOWN_DELAY_S, 1.0, r, 0, r, 0)]
+            return plan, None, pauses
+        plan.append((t, s, new, r, new, r))
+        j.phase(t, share := s)
+        if math.isnan(j.start):
+            j.start = t
+        if (abort := j.watch(t, t + step_s)) is not None:
+            return plan, abort, pauses
+        served, t = j.returned(t, t + step_s)[0], t + step_s
+        if served < 1:                                # the evidence check: routing is broken
+            return plan, t, pauses
+        if served < MIN_REQUESTS:                     # inconclusive: paused until a person resumes it
+            pauses += 1
+            if (abort := j.watch(t, t + person_s)) is not None:
+                return plan, abort, pauses
+            t += person_s
+    raise AssertionError("splits end at 1.0")
 
 
 def rollout(strategy: str, replicas: int, rps: float, service_s: Service, slots_per_replica: int,
-            splits: Sequence[float] = (0.05, 0.25, 0.5, 1.0), step_s: float = 600,
-            detect_failures: int | None = 5, error_rate: float = 1.0, react_s: float = 60.0, bad: bool = True,
-            cold_start_s: float = 120.0, seed: int | Sequence[int] = 0) -> dict[str, Any]:
-    """Replace ``replicas`` old replicas serving ``rps`` requests/s by a new version. ``blue_green``:
-    start ``replicas`` new ones (billed from 0 s), switch all traffic when they are ready (after
-    ``cold_start_s``), keep the old set ``step_s`` s, then remove it. ``canary``: for each share in
-    ``splits`` run ``ceil(share * replicas)`` new replicas (extra ones cold-start first; traffic
-    moves when they are ready) and ``ceil((1 - share) * replicas)`` old ones for ``step_s`` s.
-    Poisson arrivals (``seed``: an int or a tuple of ints, one random stream) go to the new version
-    with that moment's share. When ``bad``, each of its requests fails with probability
-    ``error_rate``; the fault is seen ``react_s`` s after the ``detect_failures``-th failure came back
-    (a request's answer returns ``service_s`` after it arrived; ``None``: never seen): all traffic
-    returns to the old set (restarted to full size if it shrank) and the new set goes.
-    Returns ``outcome``, ``detected_s`` (from the first request to the new version until the fault
-    was seen; NaN if never), ``duration_s``, ``gpu_hours`` (the transition), ``extra_gpu_hours`` (over
-    ``replicas`` for as long), ``mean_replicas``, ``peak_replicas``, ``requests``, ``requests_exposed``
-    (sent to the new version), ``failed``, ``completed``, ``accounted``, ``peak_utilization`` (busy
-    slots needed / ready slots in the busier set, from the mean of ``service_s``: above 1 requests
-    queue) and ``plan``."""
+            splits: Sequence[float] = SPLITS, step_s: float = STEP_PAUSE_S, error_rate: float = 0.02,
+            base_error_rate: float = 0.001, bad: bool = True, react_s: float = 0.0,
+            cold_start_s: float = 120.0, person_s: float = PERSON_S, horizon_s: float = HORIZON_S,
+            seed: int | Sequence[int] = 0) -> dict[str, Any]:
+    """Replace ``replicas`` old replicas serving ``rps`` requests/s by a new version (see the module
+    docstring); each answer returns ``service_s`` after its request arrived; when ``bad`` the new
+    version fails ``error_rate`` of its answers, else ``base_error_rate`` like the old one. Returns
+    ``outcome`` (``rolled_back`` or ``promoted``), ``promoted_bad``, ``detected_s`` (first request to
+    the new version until the rollback; NaN if none), ``pauses``, ``duration_s``, ``gpu_hours``,
+    ``extra_gpu_hours`` (over ``replicas`` for as long), ``mean_replicas``, ``peak_replicas``; over
+    ``horizon_s``: ``requests``, ``requests_exposed`` (sent to the new version), ``failed``,
+    ``completed``; ``peak_utilization`` (busy slots needed / ready slots in the busier
+    set, from the mean of ``service_s``: above 1 requests queue) and ``plan``."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: choose one of {STRATEGIES}")
     if not (isinstance(replicas, int | np.integer) and min(replicas, slots_per_replica) >= 1 and rps > 0
             and list(splits) == sorted(splits) and 0 < splits[0] and splits[-1] == 1.0 and step_s > 0
-            and cold_start_s >= 0 and react_s >= 0 and 0 < error_rate <= 1
-            and (detect_failures is None or detect_failures >= 1)):
+            and cold_start_s >= 0 and react_s >= 0 and person_s >= 0 and 0 < error_rate <= 1
+            and 0 <= base_error_rate < 1 and horizon_s > 0):
         raise ValueError("need integer replicas and slots_per_replica >= 1, rps > 0, splits rising from "
-                         "above 0 to 1.0, step_s > 0, cold_start_s and react_s >= 0 s, 0 < error_rate <= 1, "
-                         "detect_failures >= 1 (None: never seen)")
-    plan, outcome = _plan(strategy, replicas, splits, step_s, cold_start_s), "completed"
+                         "above 0 to 1.0, step_s > 0, cold_start_s, react_s and person_s >= 0 s, "
+                         "0 < error_rate <= 1, 0 <= base_error_rate < 1, horizon_s > 0")
     rng = np.random.default_rng(seed)
-    arr = arrivals.poisson_window(rps, plan[-1][0] + cold_start_s + step_s, rng)
-    t = np.array([p[0] for p in plan])
-    to_new = rng.random(arr.size) < np.array([p[1] for p in plan])[np.searchsorted(t, arr, side="right") - 1]
-    fails = to_new & (rng.random(arr.size) < error_rate) if bad else np.zeros(arr.size, bool)
-    seen = _seen(arr, fails, service_times(service_s, arr.size, rng), detect_failures, react_s)
-    if seen < plan[-1][0]:                      # roll back: old set to full size, new set removed
-        plan, outcome = [p for p in plan if p[0] < seen] or plan[:1], "rolled_back"
-        plan.append((seen, 0.0, 0, replicas, 0, up := plan[-1][5]))
-        if up < replicas:
-            plan.append((seen + cold_start_s, 0.0, 0, replicas, 0, replicas))
-    first_new = next(p[0] for p in plan if p[1] > 0) if any(p[1] > 0 for p in plan) else math.nan
+    arr = arrivals.poisson_window(rps, horizon_s, rng)
+    back = arr + service_times(service_s, arr.size, rng)
+    j = _Judge(arr, back, rng.random(arr.size), rng.random(arr.size), error_rate if bad else base_error_rate,
+               base_error_rate)
+    if strategy == "blue_green":
+        plan, abort, pauses = _blue_green(j, replicas, step_s, cold_start_s)
+    else:
+        plan, abort, pauses = _canary(j, replicas, splits, step_s, cold_start_s, person_s)
+    if plan[-1][0] > horizon_s:
+        raise ValueError(f"the rollout ran {plan[-1][0]:.0f} s, past horizon_s={horizon_s:.0f}: "
+                         "raise horizon_s")
+    first_new = next((p[0] for p in plan if p[1] > 0), math.nan)
+    if abort is not None:                            # traffic back to the old set, the new one removed
+        back_s = abort + react_s
+        plan = [p for p in plan if p[0] < back_s]
+        j.phase(back_s, 0.0)
+        plan += [(back_s, 0.0, plan[-1][2], replicas, 0, replicas),
+                 (back_s + SCALE_DOWN_DELAY_S, 0.0, 0, replicas, 0, replicas)]
     t, share, new_b, old_b, new_up, old_up = (np.array(x, dtype=float) for x in zip(*plan, strict=True))
     end, gpu_s = float(t[-1]), float(np.sum(np.diff(t) * (new_b + old_b)[:-1]))
-    keep = arr < end
-    to_new, fails = to_new[keep] & (arr[keep] < seen), fails[keep] & (arr[keep] < seen)
     need = rps * float(np.mean(service_times(service_s, 1000, rng))) / slots_per_replica  # replicas' worth
     with np.errstate(divide="ignore", invalid="ignore"):       # 0/0: a set with no traffic and no replica
         util = np.nan_to_num(np.maximum(share * need / new_up, (1 - share) * need / old_up))[:-1]
-    n, exposed, failed = int(keep.sum()), int(to_new.sum()), int(fails.sum())
-    ok = n - failed
-    detected = seen - first_new if outcome == "rolled_back" else math.nan
-    return {"strategy": strategy, "outcome": outcome, "detected_s": detected, "duration_s": end,
-            "gpu_hours": gpu_s / 3600,
-            "extra_gpu_hours": (gpu_s - replicas * end) / 3600, "mean_replicas": gpu_s / end if end else 0.0,
-            "peak_replicas": int(max(new_b + old_b)), "requests": n, "requests_exposed": exposed,
-            "failed": failed, "completed": ok, "accounted": ok + failed == n,
+    failed = j.failed()
+    n, exposed, n_failed = int(arr.size), int(j.to_new.sum()), int(failed.sum())
+    return {"strategy": strategy, "outcome": "rolled_back" if abort is not None else "promoted",
+            "promoted_bad": abort is None and bad, "pauses": pauses,
+            "detected_s": abort - first_new if abort is not None else math.nan, "duration_s": end,
+            "gpu_hours": gpu_s / 3600, "extra_gpu_hours": (gpu_s - replicas * end) / 3600,
+            "mean_replicas": gpu_s / end if end else 0.0, "peak_replicas": int(max(new_b + old_b)),
+            "requests": n, "requests_exposed": exposed, "failed": n_failed, "completed": n - n_failed,
             "peak_utilization": float(util.max()) if util.size else 0.0,
             "plan": [dict(zip(("t_s", "new_share", "new_billed", "old_billed", "new_ready", "old_ready"), p,
                               strict=True)) for p in plan]}
@@ -136,3 +225,65 @@ def expectation(results: Sequence[dict[str, Any]], key: str, z: float = 1.96) ->
     se = s["std"] * math.sqrt(s["n"] / (s["n"] - 1)) / math.sqrt(s["n"])
     sd = s["std"] * math.sqrt(s["n"] / (s["n"] - 1))
     return {"n": int(s["n"]), "mean": s["mean"], "sd": sd, "lo": s["mean"] - z * se, "hi": s["mean"] + z * se}
+
+
+def _ratio(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, float]:
+    """``a``'s mean over ``b``'s with the extremes of their intervals (lo over hi, hi over lo)."""
+    return a["mean"] / b["mean"], a["lo"] / b["hi"], a["hi"] / b["lo"]
+
+
+def compare(sizes: Sequence[int], seeds: Sequence[int], replica_rps: float, load: float = 0.6,
+            record_figures: bool = False, **common: Any) -> list[dict[str, Any]]:
+    """Blue-green against the canary (chapter 08) on fleets of each size in ``sizes`` loaded to ``load``
+    of their ``replica_rps`` requests/s per replica, over ``seeds``: bad versions (exposure) and good
+    ones (cost), each strategy on its own streams (:func:`over_seeds`; ``common``: :func:`rollout`'s
+    other arguments). One row per size and strategy: ``exposed`` (mean, with ``exposed_lo``/``_hi``),
+    ``rolled_back``, ``promoted_bad``, ``noticed_after_s``, ``pauses`` (means over the bad runs),
+    ``false_rollbacks`` (of the good ones), ``extra_gpu_hours`` (good runs' mean) and
+    ``peak_replicas``. ``record_figures``: record chapter 08's canary ÷ blue-green figures, per size and
+    the worst over sizes (the claims hold only where every size does)."""
+    strategies = {"blue-green": {"strategy": "blue_green"}, "canary": {"strategy": "canary"}}
+    rows, ratios = [], {}
+    for size in sizes:
+        kw = {**common, "replicas": size, "rps": size * replica_rps * load}
+        runs = {"bad": over_seeds(strategies, seeds, bad=True, **kw),
+                "good": over_seeds(strategies, [s + 10_000 for s in seeds], bad=False, **kw)}
+        exp = {k: expectation(runs["bad"][k], "requests_exposed") for k in strategies}
+        cost = {k: expectation(runs["good"][k], "extra_gpu_hours") for k in strategies}
+        ratios[size] = (_ratio(exp["canary"], exp["blue-green"]), _ratio(cost["canary"], cost["blue-green"]))
+        for k in strategies:
+            bad, good = runs["bad"][k], runs["good"][k]
+            rows.append({"replicas": size, "rollout": k, "exposed": exp[k]["mean"],
+                         "exposed_lo": exp[k]["lo"], "exposed_hi": exp[k]["hi"],
+                         "rolled_back": sum(r["outcome"] == "rolled_back" for r in bad),
+                         "promoted_bad": sum(r["promoted_bad"] for r in bad),
+                         "noticed_after_s": float(np.nanmean([r["detected_s"] for r in bad]))
+                         if any(r["outcome"] == "rolled_back" for r in bad) else math.nan,
+                         "pauses": float(np.mean([r["pauses"] for r in bad])),
+                         "false_rollbacks": sum(r["outcome"] == "rolled_back" for r in good),
+                         "extra_gpu_hours": cost[k]["mean"],
+                         "peak_replicas": max(r["peak_replicas"] for r in bad + good), "seeds": len(seeds)})
+    if record_figures:
+        _record(rows, ratios, len(seeds), load)
+    return rows
+
+
+def _record(rows: list[dict[str, Any]], ratios: dict[int, tuple[tuple, tuple]], n: int, load: float) -> None:
+    whats = (("exposed", "requests sent to a bad version"),
+             ("extra_gpu_hours", "replica-hours beyond the fleet's, good versions"))
+    for i, (what, unit_note) in enumerate(whats):
+        for size, pair in ratios.items():
+            value, lo, hi = pair[i]
+            record("production", f"canary_over_bluegreen_{what}_{size}r", value, "x",
+                   f"{unit_note}, {size} replicas at {load:.0%} load, means over {n} seeds "
+                   "(interval: the two 95% intervals' extremes)", spread=(lo, hi, n))
+        worst = max(ratios, key=lambda s: ratios[s][i][0])
+        value, lo, hi = (max(p[i][j] for p in ratios.values()) for j in range(3))
+        record("production", f"canary_over_bluegreen_{what}", value, "x",
+               f"{unit_note}: the largest canary ÷ blue-green over {', '.join(map(str, ratios))} replicas "
+               f"({worst}), means over {n} seeds",
+               spread=(lo, hi, n))
+    for name, key in (("blue-green", "bluegreen"), ("canary", "canary")):
+        peak = max(r["peak_replicas"] / r["replicas"] for r in rows if r["rollout"] == name)
+        record("production", f"{key}_peak_replicas_ratio", peak, "x",
+               f"{name}: most replicas billed at once / the fleet's")

@@ -74,10 +74,31 @@ def test_accounting_always_holds():
     cases = [dict(), dict(min_replicas=0), dict(max_replicas=1), dict(signal="waiting", target=1),
              dict(warm_pool=3, cold_start_s=600), dict(scale_down_delay_s=0, interval_s=5)]
     for i, kw in enumerate(cases):
-        for wait in (0.0, 30.0):
-            r = fleet.simulate_fleet(SPIKE, lognormal, 4, fleet.ScalerConfig(**kw), 10, wait, seed=i)
-            assert r["accounted"] and r["completed"] + r["dropped"] == r["n"] == SPIKE.size, (kw, wait)
+        for wait, routing in ((0.0, "pool"), (30.0, "pool"), (30.0, "service")):
+            r = fleet.simulate_fleet(SPIKE, lognormal, 4, fleet.ScalerConfig(**kw), 10, wait, seed=i,
+                                     routing=routing)
+            assert r["accounted"] and r["completed"] + r["dropped"] == r["n"] == SPIKE.size, (kw, routing)
             assert 0 <= r["late"] <= r["completed"]
+
+
+def test_per_replica_queues_leave_a_free_replica_idle():
+    # two fixed one-slot replicas, ten 1 s requests at once: the shared queue ends in 5 s; a random
+    # replica per request queues more on one of them, which the other never takes over
+    arr, cfg = np.zeros(10), fleet.ScalerConfig(min_replicas=2, max_replicas=2)
+    pool = fleet.simulate_fleet(arr, 1.0, 1, cfg, slo_s=100, max_wait_s=100)
+    assert pool["end_s"] == 5.0 and pool["p99_latency_s"] == pytest.approx(5.0, abs=0.1)
+    ends = [fleet.simulate_fleet(arr, 1.0, 1, cfg, slo_s=100, max_wait_s=100, seed=s,
+                                 routing="service")["end_s"] for s in range(10)]
+    assert min(ends) >= 5.0 and max(ends) > 5.0
+    # a day on the manifest's autoscaler: requests stranded behind a busy replica while another has a free
+    # slot time out, so per-replica queues drop more and have the longer tail
+    arr = traces.day_trace(2.5 * 8 / 36.0, seed=0)
+    served = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120, horizon_s=24 * 3600)
+    cfg = fleet.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)
+    day = {k: fleet.simulate_fleet(arr, config=cfg, routing=k, **served) for k in ("pool", "service")}
+    assert day["service"]["dropped"] > 2 * day["pool"]["dropped"]
+    assert day["service"]["p99_latency_s"] > day["pool"]["p99_latency_s"]
+    assert day["service"]["accounted"] and day["pool"]["accounted"]
 
 
 def test_more_replicas_or_a_warm_pool_never_drop_more_on_a_spike():
@@ -135,6 +156,8 @@ def test_plot_fleet():
 
 
 def test_bad_scaler_and_fleet_arguments():
+    with pytest.raises(ValueError, match="routing"):
+        fleet.simulate_fleet(np.zeros(3), 1.0, 1, fleet.ScalerConfig(), 10, 10, routing="dns")
     for bad in (dict(signal="gpu"), dict(min_replicas=3, max_replicas=2), dict(target=0),
                 dict(interval_s=0), dict(cold_start_s=-1), dict(warm_pool=-1), dict(max_replicas=0)):
         with pytest.raises(ValueError):

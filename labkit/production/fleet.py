@@ -5,7 +5,10 @@ Times in seconds, rates in requests/s, cost in GPU-hours.
 :func:`day_trace` draws a day of arrivals, :func:`burst_trace` a burst sized in replicas' worth.
 :func:`simulate_fleet` serves them on replicas of
 ``slots_per_replica`` concurrent slots behind one FIFO queue: the load balancer sends the oldest
-request to the least-loaded ready replica; one not started within ``max_wait_s`` is dropped. Every
+request to the least-loaded ready replica (``routing="pool"``, what deploy/'s InferencePool and its
+endpoint picker do); with ``routing="service"`` each request goes to a ready replica drawn at random
+and queues there, as a Kubernetes Service balances connections, so a new replica takes over none of
+the queued work. One not started within ``max_wait_s`` is dropped. Every
 ``interval_s`` the scaler sums ``waiting`` (queued requests, vLLM's ``vllm:num_requests_waiting``) or
 ``running`` (busy slots, ``vllm:num_requests_running``), wants ``ceil(signal / target)`` replicas in
 [min, max], scales up at once and down only to the largest wish of the last ``scale_down_delay_s``
@@ -55,6 +58,7 @@ class _Replica:
     ready_at: float = 0.0       # warm-pool replicas: when warm (s)
     busy: int = 0
     inflight: set[int] = field(default_factory=set)   # request indices it serves
+    queue: deque[int] = field(default_factory=deque)  # its own waiting requests (routing="service")
 
 
 def service_times(service_s: Service, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -67,22 +71,27 @@ def service_times(service_s: Service, n: int, rng: np.random.Generator) -> np.nd
 
 def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, slots_per_replica: int,
                    config: ScalerConfig, slo_s: float, max_wait_s: float, seed: int = 0,
-                   horizon_s: float | None = None) -> dict[str, Any]:
+                   horizon_s: float | None = None, routing: str = "pool") -> dict[str, Any]:
     """Serve ``arrivals`` (s) on an autoscaled fleet (see the module docstring). ``service_s``: seconds
     in a slot, or ``f(rng) -> seconds`` drawn per request from ``numpy.random.default_rng(seed)``.
     ``min_replicas`` (and the warm pool) are up at 0 s; the run lasts until every request is done, and
     at least ``horizon_s``. Returns ``n``, ``completed``, ``dropped``, ``late`` (completed, latency >
     ``slo_s``), ``accounted`` (completed + dropped == n), ``p50/p99_latency_s``, ``gpu_hours``,
     ``peak_replicas``, ``timeline`` [(t_s, ready, starting, queue depth) every ``interval_s``, after
-    the scaler's decision], ``arrivals_per_hour`` and ``end_s``."""
+    the scaler's decision], ``arrivals_per_hour`` and ``end_s``. ``routing``: ``pool`` (one queue, the
+    least-loaded replica next) or ``service`` (a random ready replica per request, queues per replica;
+    the draw is seeded with ``(seed, 1)``; a request arriving while none is ready is dropped)."""
     arr = np.sort(np.asarray(arrivals, dtype=float))
     if arr.size == 0 or arr[0] < 0 or not (slo_s > 0 and max_wait_s >= 0):
         raise ValueError(f"need arrivals (non-empty, >= 0 s: see day_trace), slo_s > 0, max_wait_s >= 0; got "
                          f"{arr.size} arrivals, slo_s={slo_s}, max_wait_s={max_wait_s}")
+    if routing not in ("pool", "service"):
+        raise ValueError(f"routing={routing!r}: choose 'pool' (one shared queue) or 'service' (per replica)")
     if not isinstance(slots_per_replica, int | np.integer) or slots_per_replica < 1:
         raise ValueError(f"slots_per_replica={slots_per_replica!r} must be an integer >= 1")
     c, n, env = config, arr.size, simpy.Environment()
     serv, lat = service_times(service_s, n, np.random.default_rng(seed)), np.full(n, np.nan)
+    pick = np.random.default_rng((seed, 1))
     queue: deque[int] = deque()
     reps = [_Replica(0.0, "ready") for _ in range(c.min_replicas)]
     ready, pool = list(reps), [_Replica(0.0, "warm") for _ in range(c.warm_pool)]
@@ -90,17 +99,30 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
     samples: deque[tuple[float, int, int]] = deque([(0.0, 0, 0)])   # (t, running, waiting) scraped
     events: deque[tuple[float, int]] = deque()                      # (t, change in replicas)
 
-    def dispatch() -> None:
-        while queue and env.now - arr[queue[0]] > max_wait_s:     # the oldest gave up
-            queue.popleft()
+    def begin(r: _Replica, q: deque[int]) -> None:
+        r.busy += 1
+        r.inflight.add(q[0])
+        env.timeout(serv[q[0]]).callbacks.append(partial(finish, r, q.popleft()))
+
+    def give_up(q: deque[int]) -> None:
+        while q and env.now - arr[q[0]] > max_wait_s:             # the oldest gave up
+            q.popleft()
             st["dropped"] += 1
+
+    def dispatch(only: _Replica | None = None) -> None:
+        if routing == "service":
+            for r in [only] if only else list(reps):
+                give_up(r.queue)
+                while r.queue and r.busy < slots_per_replica and r.state in ("ready", "draining"):
+                    begin(r, r.queue)
+                if r.state == "draining" and r.busy == 0 and not r.queue:
+                    retire(r)
+        give_up(queue)
         while queue:
             best = min(ready, key=lambda r: r.busy, default=None)
             if best is None or best.busy >= slots_per_replica:
                 break
-            best.busy += 1
-            best.inflight.add(queue[0])
-            env.timeout(serv[queue[0]]).callbacks.append(partial(finish, best, queue.popleft()))
+            begin(best, queue)
         if st["completed"] + st["dropped"] == n and not done.triggered:
             done.succeed()
 
@@ -111,16 +133,17 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
         r.busy -= 1
         st["completed"] += 1
         lat[i] = env.now - arr[i]
-        if r.state == "draining" and r.busy == 0:
+        if r.state == "draining" and r.busy == 0 and not r.queue:
             retire(r)
-        dispatch()
+        dispatch(r if routing == "service" else None)
 
     def cut(r: _Replica):                       # the grace period is over: what is left is lost
         yield env.timeout(c.grace_s)
         if r.state == "draining":
-            st["dropped"] += len(r.inflight)
-            st["cut"] += len(r.inflight)
+            st["dropped"] += len(r.inflight) + len(r.queue)
+            st["cut"] += len(r.inflight) + len(r.queue)
             r.inflight.clear()
+            r.queue.clear()
             r.busy = 0
             retire(r)
             dispatch()
@@ -135,8 +158,16 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
     def arrive():
         for i, t in enumerate(arr):
             yield env.timeout(t - env.now)
-            queue.append(i)
-            dispatch()
+            if routing == "pool":
+                queue.append(i)
+                dispatch()
+            elif ready:                         # kube-proxy: a ready endpoint at random
+                r = ready[int(pick.integers(len(ready)))]
+                r.queue.append(i)
+                dispatch(r)
+            else:                               # no endpoint: the connection is refused
+                st["dropped"] += 1
+                dispatch()
 
     def start(r: _Replica, delay: float):
         yield env.timeout(delay)
@@ -161,8 +192,8 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
 
     def scale_down(k: int) -> None:
         starting = [r for r in reversed(reps) if r.state == "starting"]   # cancel those first
-        for r in (starting + sorted(ready, key=lambda r: r.busy))[:k]:
-            if r.busy:
+        for r in (starting + sorted(ready, key=lambda r: r.busy + len(r.queue)))[:k]:
+            if r.busy or r.queue:
                 r.state = "draining"            # finishes its requests, then goes
                 ready.remove(r)
                 if math.isfinite(c.grace_s):
@@ -171,7 +202,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
                 retire(r)
 
     def now_signals() -> tuple[int, int]:
-        return sum(r.busy for r in ready), len(queue)
+        return sum(r.busy for r in ready), len(queue) + sum(len(r.queue) for r in reps)
 
     def scrape():
         while True:
@@ -233,7 +264,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
                 while events and events[0][0] <= env.now - max(c.up_period_s, c.down_period_s):
                     events.popleft()
             starting = sum(r.state == "starting" for r in reps)
-            timeline.append((float(env.now), len(ready), starting, len(queue)))
+            timeline.append((float(env.now), len(ready), starting, now_signals()[1]))
             yield env.timeout(c.interval_s)
 
     if c.scrape_s > 0:
@@ -246,12 +277,13 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
     ok = lat[~np.isnan(lat)]
     return {"n": n, "completed": st["completed"], "dropped": st["dropped"], "cut": st["cut"],
             "late": int((ok > slo_s).sum()),
-            "accounted": st["completed"] + st["dropped"] == n == ok.size + st["dropped"] and not queue,
+            "accounted": st["completed"] + st["dropped"] == n == ok.size + st["dropped"] and not queue
+            and not any(r.queue for r in reps),
             "p50_latency_s": percentile(ok, 50), "p99_latency_s": percentile(ok, 99),
             "gpu_hours": float(st["billed"] + sum(env.now - r.since for r in reps + pool)) / 3600,
             "peak_replicas": max(r + s for _, r, s, _ in timeline), "timeline": timeline,
             "end_s": float(env.now), "arrivals_per_hour": np.bincount((arr // 3600).astype(int)).tolist(),
-            "config": asdict(c)}
+            "config": asdict(c), "routing": routing}
 
 
 def plot_fleet(result: dict[str, Any], ax: Any = None) -> Any:

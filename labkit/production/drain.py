@@ -92,12 +92,12 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, s: Stream) ->
 
 
 async def _run(server: Server, model: str, prompt: str, n: int, max_tokens: int, at_tokens: int,
-               timeout_s: float) -> DrainRun:
+               timeout_s: float, read_timeout_s: float) -> DrainRun:
     url = f"{server.url}/v1/chat/completions"
     body = request_body(model, prompt, max_tokens, ignore_eos=True)
     streams = [Stream() for _ in range(n)]
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0), limits=limits) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(read_timeout_s, connect=5.0), limits=limits) as client:
         tasks = [asyncio.create_task(_stream(client, url, body, s)) for s in streams]
         t0 = time.perf_counter()
         while min(s.tokens for s in streams) < at_tokens and not all(t.done() for t in tasks):
@@ -112,7 +112,7 @@ async def _run(server: Server, model: str, prompt: str, n: int, max_tokens: int,
         late = Stream()
         await _stream(client, url, request_body(model, prompt, 4, ignore_eos=True), late)
         late_request = ("answered" if late.finished else "refused" if late.tokens == 0 else "cut")
-        await asyncio.wait(tasks)  # each ends: finished, cut, or no bytes for timeout_s (a read timeout)
+        await asyncio.wait(tasks)  # each ends: finished, cut, or no bytes for read_timeout_s
     deadline = time.perf_counter() + EXIT_WAIT_S
     exit_s = None
     while time.perf_counter() < deadline:
@@ -126,29 +126,36 @@ async def _run(server: Server, model: str, prompt: str, n: int, max_tokens: int,
 
 
 def sigterm_during_streams(server: Server, model: str, prompt: str = "Tell me a long story.", n: int = 4,
-                           max_tokens: int = 64, at_tokens: int = 4, timeout_s: float = 120.0) -> DrainRun:
+                           max_tokens: int = 64, at_tokens: int = 4, timeout_s: float = 120.0,
+                           read_timeout_s: float | None = None) -> DrainRun:
     """Start ``n`` streams of ``max_tokens`` tokens each (``ignore_eos``, so each asks for all of
     them) to ``server`` (an OpenAI-compatible engine serving ``model``); once every stream has
     ``at_tokens`` tokens, send SIGTERM to the server's process and see what each stream gets, what a
-    request sent just after the signal gets, and how long the process takes to exit. The server is
-    gone afterwards (SIGKILL if it outlived ``timeout_s``)."""
+    request sent just after the signal gets, and how long the process takes to exit. ``timeout_s``:
+    how long the streams may take to reach ``at_tokens``; ``read_timeout_s`` (default ``timeout_s``):
+    how long a stream may go without a byte before it counts as cut. The server is gone afterwards
+    (SIGKILL if it outlived them)."""
     if not (n >= 1 and 1 <= at_tokens < max_tokens):
         raise ValueError(f"need n >= 1 and 1 <= at_tokens < max_tokens, got n={n}, at_tokens={at_tokens}, "
                          f"max_tokens={max_tokens}")
     try:
-        return run_sync(_run(server, model, prompt, n, max_tokens, at_tokens, timeout_s))
+        return run_sync(_run(server, model, prompt, n, max_tokens, at_tokens, timeout_s,
+                             timeout_s if read_timeout_s is None else read_timeout_s))
     finally:
         stop(server, timeout_s=5.0)  # already gone, or SIGKILL; either way out of the registry
 
 
 def drain_or_not(start: Callable[[float], Server], model: str, drain_s: float = 60.0, n: int = 4,
-                 max_tokens: int = 64, at_tokens: int = 4, timeout_s: float = 15.0) -> dict[float, DrainRun]:
+                 max_tokens: int = 64, at_tokens: int = 4, timeout_s: float = 60.0,
+                 read_timeout_s: float = 6.0) -> dict[float, DrainRun]:
     """:func:`sigterm_during_streams` on two servers that ``start(shutdown_timeout_s)`` starts: one that
     drains for ``drain_s`` seconds and one that does not (0, vLLM's default); ``{0: run, drain_s: run}``.
+    A stream with no byte for ``read_timeout_s`` counts as cut (tokens come every fraction of a second).
     Records the streams each cut (chapter 08's check: the drain keeps them all, and without it the
     signal landed mid-stream, cutting them)."""
     runs = {s: sigterm_during_streams(start(s), model, n=n, max_tokens=max_tokens, at_tokens=at_tokens,
-                                      timeout_s=timeout_s) for s in (0.0, drain_s)}
+                                      timeout_s=timeout_s, read_timeout_s=read_timeout_s)
+            for s in (0.0, drain_s)}
     how = f"{n} streams of {max_tokens} tokens, SIGTERM once each had {at_tokens}"
     record("production", "drain_streams", n, "streams", how)
     record("production", "no_drain_streams_cut", runs[0.0].cut, "streams", f"--shutdown-timeout 0: {how}")

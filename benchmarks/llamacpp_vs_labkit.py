@@ -64,12 +64,12 @@ def main() -> int:
         process.stop(server)
 
     bench_tps = median_interval([x["bench_tps"] for x in rounds])
-    client = ratio_interval([x["client_tps"] for x in rounds], [x["bench_tps"] for x in rounds])
-    e2e = ratio_interval([x["e2e_tps"] for x in rounds], [x["bench_tps"] for x in rounds])
-    print(f"\nlabkit's generation speed / llama-bench's: {client['median']:.2f} (1/TPOT; rounds "
-          f"{client['lo']:.2f}-{client['hi']:.2f}), {e2e['median']:.2f} counting the wait for the first "
-          f"token (rounds {e2e['lo']:.2f}-{e2e['hi']:.2f})")
-    out: dict = {"rounds": rounds, "client_over_bench": client, "e2e_over_bench": e2e}
+    per_token = ratio_interval([x["client_tps"] for x in rounds], [x["bench_tps"] for x in rounds])
+    whole = ratio_interval([x["e2e_tps"] for x in rounds], [x["bench_tps"] for x in rounds])
+    print(f"\nlabkit's generation speed / llama-bench's: {per_token['median']:.2f} (1/TPOT; rounds "
+          f"{per_token['lo']:.2f}-{per_token['hi']:.2f}), {whole['median']:.2f} counting the wait for the "
+          f"first token (rounds {whole['lo']:.2f}-{whole['hi']:.2f})")
+    out: dict = {"rounds": rounds, "client_over_bench": per_token, "e2e_over_bench": whole}
     try:
         gap = decode_layers(records, bench_tps["median"])
     except ValueError as e:  # a server whose stream carries no timings

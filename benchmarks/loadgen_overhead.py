@@ -43,6 +43,7 @@ def start_server(step_ms: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", "labkit.engines.fakeserver", "--port", str(port), "--step-ms", str(step_ms)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert proc.stdout is not None
     proc.stdout.readline()
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):

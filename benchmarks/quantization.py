@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ def main() -> None:
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
               pad_token_id=tok.eos_token_id)
     with torch.inference_mode():
-        times = interleaved_times({n: (lambda m=m: m.generate(**enc, **kw)) for n, (m, _) in formats.items()},
+        times = interleaved_times({n: partial(m.generate, **enc, **kw) for n, (m, _) in formats.items()},
                                   repeats=repeats)
     tok_s = {n: new_tokens / float(np.median(t)) for n, t in times.items()}
 

@@ -71,7 +71,7 @@ def methods(model, eos: int | None, ee_layers: int, quick: bool) -> dict:
 def bench_task(model, tok, task: str, new: int, repeats: int, ee_layers: int, quick: bool) -> None:
     ids = chat_ids(tok, TASKS[task])
     ms = methods(model, tok.eos_token_id, ee_layers, quick)
-    times = {name: [] for name in ms}
+    times: dict[str, list[float]] = {name: [] for name in ms}
     outs, stats = {}, {}
     speculative_generate(model, ids, None, max_new_tokens=2)  # warm-up
     for _ in range(repeats):

@@ -63,12 +63,12 @@ def test_thinning_follows_a_time_varying_rate():
     lambda: arrivals.gaps(10, rate=float("nan")),
     lambda: arrivals.gaps(10, rate=1.0, burstiness=0),
     lambda: arrivals.gaps(-1, rate=1.0),
-    lambda: arrivals.gaps(2.5, rate=1.0),
+    lambda: arrivals.gaps(2.5, rate=1.0),  # type: ignore[arg-type]  # deliberately not whole
     lambda: arrivals.arrival_times(10, rate=float("inf")),
     lambda: arrivals.poisson_window(1.0, 0.0),
     lambda: arrivals.thinned(lambda t: 2 * np.ones_like(t), peak_rps=1.0, duration_s=100.0),
     lambda: arrivals.thinned(lambda t: -np.ones_like(t), peak_rps=1.0, duration_s=100.0),
-    lambda: arrivals.thinned(lambda t: 1.0, peak_rps=1.0, duration_s=100.0),
+    lambda: arrivals.thinned(lambda t: 1.0, peak_rps=1.0, duration_s=100.0),  # type: ignore[arg-type, return-value]
     lambda: arrivals.piecewise([5.0, 10.0], [1.0, 1.0], 20.0),
     lambda: arrivals.piecewise([0.0, 10.0], [1.0], 20.0),
     lambda: arrivals.piecewise([0.0, 10.0, 5.0], [1.0, 1.0, 1.0], 20.0),

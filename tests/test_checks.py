@@ -66,7 +66,7 @@ def test_every_chapter_keeps_three_checks(chapter):
 def double_judged(claims, found) -> list[str]:
     """Figures judged twice: a ledger row's key (or a ``gpu`` row's expectation) that one of the same
     chapter's own checks also needs."""
-    judged = {}
+    judged: dict[tuple[str, str], str] = {}
     for c in claims:
         for ref in [c.key, c.gpu]:
             if ref:

@@ -20,7 +20,7 @@ from labkit.production.cost import (
 
 TIER = {"name": "t", "input_per_mtok": 1.0, "output_per_mtok": 2.0, "source": "test"}
 GPU = {"name": "g", "per_gpu_hour": 1.0, "source": "test"}
-CURVE = {1: 13, 4: 26, 8: 37, 16: 55}  # the shape of a measured sweep: output tok/s per replica
+CURVE = {1: 13.0, 4: 26.0, 8: 37.0, 16: 55.0}  # the shape of a measured sweep: output tok/s per replica
 
 
 def test_shipped_prices_load_dated_and_sourced():
@@ -145,7 +145,7 @@ def test_crossover_never_when_tokens_are_cheaper_than_a_full_gpu():
     (lambda: api_cost(-1, 0, TIER), "input_tokens"),
     (lambda: api_cost(1, 1, {"input_per_mtok": 1}), "output_per_mtok"),
     (lambda: api_cost(1, float("nan"), TIER), "output_tokens"),
-    (lambda: dedicated_cost(1, 1.5, GPU), "replicas"),
+    (lambda: dedicated_cost(1, 1.5, GPU), "replicas"),  # type: ignore[arg-type]  # deliberately not whole
     (lambda: dedicated_cost(-1, 1, GPU), "hours"),
     (lambda: replicas_needed(10, 0), "per_replica_tok_s"),
     (lambda: replicas_needed(10, 5, headroom=0), "headroom"),

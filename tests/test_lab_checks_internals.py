@@ -50,7 +50,7 @@ def _scratch_diff(model, w, cfg) -> float:
     with torch.no_grad():
         ref = model(ids).logits
         full = sl.forward(w, cfg, ids)
-        cache = []
+        cache: list = []
         steps = [sl.forward(w, cfg, ids[:, :4], cache)]
         steps += [sl.forward(w, cfg, ids[:, i:i + 1], cache) for i in range(4, ids.shape[1])]
     return max((full - ref).abs().max().item(), (torch.cat(steps, 1) - ref).abs().max().item())
@@ -141,7 +141,7 @@ def _kv_formula(model, w, cfg, short: bool) -> bool:
     ids = torch.randint(0, VOCAB, (1, 11), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         hf = cache_tensor_bytes(model(ids, use_cache=True).cache)
-        cache = []
+        cache: list = []
         sl.forward(w, cfg, ids, cache)
     if short:  # a cache that kept one token too few
         cache = sl.crop(cache, ids.shape[1] - 1)

@@ -52,6 +52,7 @@ def _ollama_figures(url: str) -> dict:
     """The notebook's four figures of one request through the official ollama client."""
     rec = streaming.measure(ollama_api.ollama_backend("fake", host=url), "Explain inference.", TOKENS)
     m, sv = metrics.request_metrics(rec), rec.server
+    assert sv is not None and sv["prompt_eval_s"] is not None and sv["eval_s"] is not None
     return {"ollama_server": "ollama", "ollama_ttft_ms": m["ttft_s"] * 1e3,
             "ollama_prompt_eval_ms": sv["prompt_eval_s"] * 1e3, "ollama_e2e_ms": m["e2e_s"] * 1e3,
             "ollama_eval_ms": sv["eval_s"] * 1e3}
@@ -83,9 +84,11 @@ def _ollama_records(url: str, n: int = 3) -> list[RequestRecord]:
     for _ in range(n):
         rec = streaming.measure(ollama_api.ollama_backend("fake", host=url), "Explain inference.", TOKENS)
         sv = rec.server
-        rec.server = llamacpp_server_timing({
-            "prompt_ms": sv["prompt_eval_s"] * 1e3, "predicted_ms": sv["eval_s"] * 1e3,
-            "predicted_n": sv["eval_count"], "predicted_per_second": (sv["eval_count"] - 1) / sv["eval_s"]})
+        assert sv is not None
+        pe, ev, k = sv["prompt_eval_s"], sv["eval_s"], sv["eval_count"]
+        assert pe is not None and ev is not None and k is not None
+        rec.server = llamacpp_server_timing({"prompt_ms": pe * 1e3, "predicted_ms": ev * 1e3,
+                                             "predicted_n": k, "predicted_per_second": (k - 1) / ev})
         out.append(rec)
     return out
 

@@ -5,6 +5,7 @@ monitor that maps llama-server's decode calls to tokens) against the loopback fa
 /metrics, computes the figure as the notebook does, and sees the check fail; the real code holds it."""
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from labkit.serving.records import RequestRecord
 BATCH = 8
 WORK = batching.workload(16, seed=0)  # the chapter's mix: 16 requests, one in four long
 # a server whose decode step grows with the batch, as an engine's does (3.6 s a round)
-SERVER = dict(step_s=0.004, batch_cost_s=0.0005, prefill_s=0.01)
+SERVER: dict[str, Any] = dict(step_s=0.004, batch_cost_s=0.0005, prefill_s=0.01)
 DATA = Path(__file__).parent / "data"
 
 

@@ -203,7 +203,8 @@ def _top_names(path: Path) -> tuple[set[str], set[str], list[str]]:
                     if isinstance(n, ast.Name):
                         defined.add(n.id)
                         if n.id == "__all__" and isinstance(node.value, ast.List | ast.Tuple):
-                            exported = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+                            exported = [e.value for e in node.value.elts
+                                        if isinstance(e, ast.Constant) and isinstance(e.value, str)]
         elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("labkit")):
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg) \
                 if node.level else (node.module or "")

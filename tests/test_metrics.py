@@ -224,7 +224,7 @@ def test_error_text_from_json_html_and_text():
 
 
 def _timed(ttft: float, step: float, n: int = 5) -> RequestRecord:
-    chunks = [(ttft + i * step, 1) for i in range(n)]
+    chunks: list[tuple[float, int | None]] = [(ttft + i * step, 1) for i in range(n)]
     return RequestRecord(status="ok", t_sent=0.0, t_end=chunks[-1][0], output_tokens=n, chunks=chunks)
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from labkit.serving.openai_api import OpenAIEvent, openai_event
+from labkit.serving.records import ServerTiming
 from labkit.serving.sse import SSEEvent
 
 
@@ -26,8 +27,9 @@ def tool(name=None, args=None):
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 LLAMACPP_TIMINGS = {"prompt_n": 5, "prompt_ms": 10.0, "predicted_n": 3, "predicted_ms": 30.0,
                     "predicted_per_second": 66.7}
-LLAMACPP_SERVER = {"eval_count": 3, "prompt_eval_count": 5, "eval_s": 0.03, "prompt_eval_s": 0.01,
-                   "load_s": None, "total_s": 0.04, "eval_tokens_per_s": 66.7}
+LLAMACPP_SERVER: ServerTiming = {
+    "eval_count": 3, "prompt_eval_count": 5, "eval_s": 0.03, "prompt_eval_s": 0.01, "load_s": None,
+    "total_s": 0.04, "eval_tokens_per_s": 66.7}
 
 # (case, SSE event type, data, expected OpenAIEvent)
 CASES = [

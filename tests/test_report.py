@@ -32,7 +32,7 @@ def _key_pattern(node: ast.expr) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return re.escape(node.value)
     if isinstance(node, ast.JoinedStr):
-        return "".join(re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in node.values)
+        return "".join(re.escape(str(v.value)) if isinstance(v, ast.Constant) else ".+" for v in node.values)
     return None
 
 
@@ -61,8 +61,8 @@ def recorded_by_notebooks() -> dict[str, set[str]]:
                     assert ch.value == short, f"{name} records into chapter {ch.value!r}, not {short!r}"
     for path in sorted((REPO / "labkit").rglob("*.py")):  # labkit functions that record where they measure
         for node in ast.walk(ast.parse(path.read_text())):
-            args = node.args if isinstance(node, ast.Call) else []
-            if len(args) < 2 or not isinstance(args[0], ast.Constant):
+            if not (isinstance(node, ast.Call) and len(node.args) >= 2
+                    and isinstance(node.args[0], ast.Constant)):
                 continue
             chapter, name = node.args[0].value, getattr(node.func, "id", getattr(node.func, "attr", ""))
             if name == "record" and chapter in found and (pattern := _key_pattern(node.args[1])):

@@ -27,7 +27,7 @@ def feed_all(parser, pieces):
     return out + parser.close()
 
 
-line_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30)
+line_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"), max_size=30)
 eol = st.sampled_from(["\n", "\r\n", "\r"])
 
 

@@ -60,3 +60,17 @@ def test_a_drain_setting_that_is_not_passed_fails(monkeypatch):
     """A start function that drops the drain setting (every server gets the default 0): all cut."""
     values = _drain_figures(lambda _seconds: fake(0), monkeypatch)
     assert not outcome("production", "streams_drained", values).held
+
+
+def test_a_running_server_serves_as_the_undrained_one(monkeypatch):
+    """Chapter 08 sends SIGTERM to its own server (vLLM's default, no drain) and starts only the other."""
+    started = []
+
+    def start(shutdown_timeout_s: float) -> process.Server:
+        started.append(shutdown_timeout_s)
+        return fake(shutdown_timeout_s)
+
+    monkeypatch.setattr(drain, "record", lambda *args, **kw: None)
+    runs = drain.drain_or_not(start, "fake", drain_s=10, n=3, max_tokens=30, at_tokens=4, timeout_s=30,
+                              undrained=fake(0))
+    assert started == [10] and runs[0.0].cut == 3 and runs[10].cut == 0

@@ -21,7 +21,7 @@ from .. import settings
 from ..serving.openai_api import check_openai_server
 from . import llamacpp, vllm
 from .fakeserver import fake_server
-from .process import running
+from .process import Server, running
 
 #: The simulated engine: 50 ms prefill, 30 ms per decode step, +10 ms per extra stream in a step.
 SIMULATED: dict[str, Any] = {"prefill_s": 0.05, "step_s": 0.03, "batch_cost_s": 0.01}
@@ -32,7 +32,7 @@ class Target:
     """A server to measure: ``url`` (``http://host:port``), ``model`` (served name), ``engine`` (a
     label for tables), ``kind`` (``external``, ``vllm``, ``llamacpp`` or ``simulated``), and for an
     engine the lab started the ``dtype`` it serves (a GGUF type for llama.cpp), ``startup_s``
-    (seconds to ready) and its ``log`` file."""
+    (seconds to ready), its ``log`` file and its process (``server``; chapter 08 sends it SIGTERM)."""
 
     url: str
     model: str
@@ -42,6 +42,7 @@ class Target:
     startup_s: float | None = None
     log: Path | None = None
     notes: list[str] = field(default_factory=list)
+    server: Server | None = None
 
 
 ENGINES = ("auto", "vllm", "llamacpp")
@@ -65,13 +66,13 @@ def measured_server(vllm_args: list[str] | None = None, engine: str = "auto",
     elif engine in ("auto", "vllm") and vllm.vllm_available():
         with running(vllm.start_vllm, extra=vllm_args, **vllm_kwargs) as server:
             yield Target(server.url, server.model, "vLLM (CPU build)", "vllm", server.dtype,
-                         server.startup_s, server.log)
+                         server.startup_s, server.log, server=server)
     elif engine == "vllm" or (engine == "auto" and vllm.vllm_required()):
         raise RuntimeError(f"vLLM cannot run here: {vllm.unavailable_reason()}")
     elif engine in ("auto", "llamacpp") and llamacpp.llamacpp_available():
         with running(llamacpp.start_llamacpp, **(llamacpp_args or {})) as server:
             yield Target(server.url, server.model, "llama.cpp (llama-server)", "llamacpp", server.dtype,
-                         server.startup_s, server.log)
+                         server.startup_s, server.log, server=server)
     elif engine == "llamacpp":
         raise RuntimeError(f"llama.cpp cannot run here: {llamacpp.unavailable_reason()}")
     else:

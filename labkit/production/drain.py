@@ -147,15 +147,17 @@ def sigterm_during_streams(server: Server, model: str, prompt: str = "Tell me a 
 
 def drain_or_not(start: Callable[[float], Server], model: str, drain_s: float = 60.0, n: int = 4,
                  max_tokens: int = 64, at_tokens: int = 4, timeout_s: float = 60.0,
-                 read_timeout_s: float = 6.0) -> dict[float, DrainRun]:
+                 read_timeout_s: float = 6.0, undrained: Server | None = None) -> dict[float, DrainRun]:
     """:func:`sigterm_during_streams` on two servers that ``start(shutdown_timeout_s)`` starts: one that
     drains for ``drain_s`` seconds and one that does not (0, vLLM's default); ``{0: run, drain_s: run}``.
     A stream with no byte for ``read_timeout_s`` counts as cut (tokens come every fraction of a second).
+    ``undrained``: a server already running without a drain (chapter 08's own, started with vLLM's
+    default) to use for the first instead of starting one; it is gone afterwards, like the other.
     Records the streams each cut (chapter 08's check: the drain keeps them all, and without it the
     signal landed mid-stream, cutting them)."""
-    runs = {s: sigterm_during_streams(start(s), model, n=n, max_tokens=max_tokens, at_tokens=at_tokens,
-                                      timeout_s=timeout_s, read_timeout_s=read_timeout_s)
-            for s in (0.0, drain_s)}
+    runs = {s: sigterm_during_streams(undrained if s == 0.0 and undrained else start(s), model, n=n,
+                                      max_tokens=max_tokens, at_tokens=at_tokens, timeout_s=timeout_s,
+                                      read_timeout_s=read_timeout_s) for s in (0.0, drain_s)}
     how = f"{n} streams of {max_tokens} tokens, SIGTERM once each had {at_tokens}"
     record("production", "drain_streams", n, "streams", how)
     record("production", "no_drain_streams_cut", runs[0.0].cut, "streams", f"--shutdown-timeout 0: {how}")

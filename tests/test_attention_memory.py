@@ -26,7 +26,7 @@ def test_written_out_attention_holds_its_scores_and_the_fused_kernel_does_not():
         assert r["written_out_bytes"] >= r["score_bytes"] == 9 * r["n"] ** 2 * 4
         assert r["fused_bytes"] < r["score_bytes"] / 4
         assert r["max_abs_diff"] < 1e-4 and r["written_out_s"] > 0 and r["fused_s"] > 0
-    assert am.growth_exponent(rows, "written_out_bytes") > 1.7
+    assert rows[1]["written_out_bytes"] > 2 ** 1.7 * rows[0]["written_out_bytes"]   # grows as n^2
     assert am.score_bytes(2, 8, torch.bfloat16) == 2 * 64 * 2
 
 

@@ -10,21 +10,22 @@ Windows) it raises :class:`MemoryProbeUnavailable` with the reason. On a CPU it 
 the process had to take from the system: glibc maps blocks over 32 MB (its largest threshold) and
 returns them on free, so those show, but a smaller block may be served from freed memory the process
 already holds and then adds nothing. :func:`sweep` times both
-implementations and measures their peaks for each context length, in bytes and seconds.
+implementations and measures their peaks for each context length, in bytes and seconds (its growth:
+:func:`labkit.llm.scratch_llama.power_law_exponent`).
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..hardware.microbench import timed
 from .attention import attention
 
 PROC = Path("/proc/self")
@@ -73,6 +74,17 @@ def _written_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
     return attention(q, k, v, causal=True)[0]
 
 
+def _peak_and_seconds(fn: Callable[[], torch.Tensor], device: str) -> tuple[int, float]:
+    """One call of ``fn``: (the peak memory it added, its seconds through the lab's timer)."""
+    seconds = 0.0
+
+    def run() -> None:
+        nonlocal seconds
+        seconds = timed(fn, device)[1]
+
+    return peak_extra_bytes(run, device), seconds
+
+
 def sweep(lengths: Sequence[int], heads: int, head_dim: int, device: str = "cpu", repeats: int = 3,
           seed: int = 0) -> list[dict[str, Any]]:
     """For each context length ``n``: causal self-attention of one sequence (``heads`` heads of
@@ -89,21 +101,11 @@ def sweep(lengths: Sequence[int], heads: int, head_dim: int, device: str = "cpu"
             "fused": partial(F.scaled_dot_product_attention, q, k, v, is_causal=True)}
         row: dict[str, Any] = {"n": n, "score_bytes": score_bytes(heads, n)}
         for name, fn in impls.items():
-            peaks, times = [], []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                peaks.append(peak_extra_bytes(fn, device))
-                times.append(time.perf_counter() - t0)
-            row[f"{name}_bytes"], row[f"{name}_s"] = min(peaks), sorted(times)[len(times) // 2]
+            peaks, times = zip(*(_peak_and_seconds(fn, device) for _ in range(repeats)), strict=True)
+            row[f"{name}_bytes"], row[f"{name}_s"] = min(peaks), float(np.median(times))
         row["max_abs_diff"] = float((impls["written_out"]() - impls["fused"]()).abs().max())
         rows.append(row)
     return rows
-
-
-def growth_exponent(rows: Sequence[dict[str, Any]], key: str) -> float:
-    """The exponent ``e`` of ``key ~ n**e`` between the shortest and the longest length (2: quadratic)."""
-    a, b = rows[0], rows[-1]
-    return math.log(max(b[key], 1) / max(a[key], 1)) / math.log(b["n"] / a["n"])
 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], ax: Any = None) -> Any:

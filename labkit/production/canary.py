@@ -47,8 +47,7 @@ MIN_REQUESTS = max(math.ceil(1 / ERROR_RATIO_LIMIT - 1e-9), 100)
 WINDOW_S = 300  # each measurement looks back this far (s)
 WINDOW = f"{WINDOW_S // 60}m"
 # One measurement per window, so windows do not overlap: with a measurement a minute over 5-minute
-# windows, one pair of errors fails up to five measurements in a row and FAILURE_LIMIT means nothing
-# (chapter 08's simulation: a good version with 0.1% errors rolled back on 6-7 of 24 seeds that way).
+# windows, one pair of errors fails up to five measurements in a row and FAILURE_LIMIT means nothing.
 ANALYSIS_INTERVAL_S = WINDOW_S
 FAILURE_LIMIT = 1  # failed measurements tolerated per metric; the next one rolls back
 ROLLOUTS_API = "argoproj.io/v1alpha1"

@@ -115,8 +115,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
                 give_up(r.queue)
                 while r.queue and r.busy < slots_per_replica and r.state in ("ready", "draining"):
                     begin(r, r.queue)
-                if r.state == "draining" and r.busy == 0 and not r.queue:
-                    retire(r)
+                retire_if_drained(r)
         give_up(queue)
         while queue:
             best = min(ready, key=lambda r: r.busy, default=None)
@@ -133,8 +132,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
         r.busy -= 1
         st["completed"] += 1
         lat[i] = env.now - arr[i]
-        if r.state == "draining" and r.busy == 0 and not r.queue:
-            retire(r)
+        retire_if_drained(r)
         dispatch(r if routing == "service" else None)
 
     def cut(r: _Replica):                       # the grace period is over: what is left is lost
@@ -147,6 +145,10 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
             r.busy = 0
             retire(r)
             dispatch()
+
+    def retire_if_drained(r: _Replica) -> None:
+        if r.state == "draining" and r.busy == 0 and not r.queue:
+            retire(r)
 
     def retire(r: _Replica) -> None:
         st["billed"] += env.now - r.since

@@ -222,8 +222,8 @@ def expectation(results: Sequence[dict[str, Any]], key: str, z: float = 1.96) ->
     s = summary(float(r[key]) for r in results)
     if s["n"] < 2:
         raise ValueError(f"need at least two seeds' results with a finite {key!r}, got {s['n']}")
-    se = s["std"] * math.sqrt(s["n"] / (s["n"] - 1)) / math.sqrt(s["n"])
-    sd = s["std"] * math.sqrt(s["n"] / (s["n"] - 1))
+    sd = s["std"] * math.sqrt(s["n"] / (s["n"] - 1))  # summary's std is the population one
+    se = sd / math.sqrt(s["n"])
     return {"n": int(s["n"]), "mean": s["mean"], "sd": sd, "lo": s["mean"] - z * se, "hi": s["mean"] + z * se}
 
 

@@ -162,7 +162,17 @@ def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / path.name
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    partial = nbformat.v4.new_code_cell(f"from labkit.figures import keep_partial\n"
+                                        f"keep_partial({short!r}, globals())")
+
+    async def keep_what_ran(**_: object) -> None:  # a cell failed: record the figures of the cells above it
+        nb.cells.append(partial)
+        try:
+            await client.async_execute_cell(partial, len(nb.cells) - 1)
+        finally:
+            nb.cells.remove(partial)
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", on_cell_error=keep_what_ran,
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
     print(f"running {path.relative_to(REPO)} ...", flush=True)
     status = 0
@@ -171,6 +181,8 @@ def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> 
     except CellExecutionError as e:
         status = 1
         print(str(e).strip().splitlines()[-1], file=sys.stderr)
+        for o in partial.get("outputs", []):  # what keep_partial recorded before the failed cell
+            print(str(o.get("text", "")).strip(), file=sys.stderr)
     finally:
         after = _recorded_run(short)
         if after and after != before:  # this kernel recorded: stamp its run on the copy

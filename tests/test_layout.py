@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"labkit.serving"},
     {"labkit.engines"},
     {"labkit.production"},
+    {"labkit.figures"},  # each chapter's figures, read from its page by its closing cell
     {"labkit.report", "labkit.jupyter", "labkit.gpucheck"},  # the report; a notebook's kernel; the GPU check
     {"labkit.checks"},  # the lab's own checks, printed beside the report's verdicts
     {"labkit.cli", "labkit"},  # the command line, and the package's own __init__

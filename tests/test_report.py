@@ -39,18 +39,19 @@ def _key_pattern(node: ast.expr) -> str | None:
 def recorded_by_notebooks() -> dict[str, set[str]]:
     """chapter -> patterns of the keys its notebook may record: every string literal of its code (keys
     are passed to record() directly or through a loop over literals) and every f-string, with ``.+``
-    for each formatted part; and the keys labkit's own record() calls name for the chapter. Each
-    record() call must name its own chapter, literally."""
+    for each formatted part, and the same of ``labkit/figures/<chapter>.py``, which records from the page;
+    and the keys labkit's own record() calls name for the chapter. Each record() call must name its
+    own chapter, literally."""
     found: dict[str, set[str]] = {}
     for short, name in CHAPTERS.items():
         path = NOTEBOOKS / name
         if not path.exists():
             continue
         keys = found.setdefault(short, set())
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type != "code":
-                continue
-            for node in ast.walk(ast.parse(cell.source)):
+        figures = REPO / "labkit" / "figures" / f"{short}.py"  # what the closing cell records from the page
+        sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        for source in sources + ([figures.read_text()] if figures.exists() else []):
+            for node in ast.walk(ast.parse(source)):
                 pattern = _key_pattern(node) if isinstance(node, ast.Constant | ast.JoinedStr) else None
                 if pattern and re.search(r"\w", pattern.replace(".+", "")):  # f"{x}" alone matches anything
                     keys.add(pattern)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from ..chapters import CHAPTERS
@@ -77,13 +78,18 @@ def unrecorded(chapter: str, data: dict[str, Any]) -> list[tuple[str, str]]:
 JUDGED = ("holds", "does not hold here", "wrong", "depends", "inconclusive")  # a figure met or missed
 
 
-def findings_sentence(chapter: str) -> str:
+def findings_sentence(chapter: str, page: Mapping[str, Any] | None = None) -> str:
     """How ``chapter``'s claims fared on **this** run so far, as a sentence for its "What we learned"
     cell (every chapter): how many of those judged on a figure held, then each that did not, with its
     verdict, figure and expectation; the rest (a GPU needed, not checkable offline) counted apart. Claims
     whose figure this run has not recorded yet (a "Going further" section further down records it) are
-    left to the table at the chapter's end, and counted; a previous run's figures are never used."""
+    left to the table at the chapter's end, and counted; a previous run's figures are never used.
+    ``page``: the notebook's variables (``globals()``), whose figures so far are recorded first."""
+    from ..figures import keep
     from ..results import current
+
+    if page is not None:
+        keep(chapter, page, partial=True)
 
     data = current(chapter)
     if not data:

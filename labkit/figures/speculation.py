@@ -1,0 +1,137 @@
+"""Chapter 06b's figures for the report, read from the page's variables once the chapter has run
+(its closing cell calls :func:`labkit.figures.keep`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..llm import parallelism
+from ..llm.architecture import param_count
+from ..results import record, unmeasured
+from ..stats import median_interval
+from . import take
+
+
+def keep(page: Mapping[str, Any]) -> None:
+    """Record chapter 06b's figures from ``page``, the notebook's variables at its end."""
+
+    # The early-exit drafter: what it costs and what it accepts
+    (K, L_run, SAMPLED, SEEDS, accept, emitted, greedy_ok, prompts, same_ee, tpp) = take(
+        page, "K L_run SAMPLED SEEDS accept emitted greedy_ok prompts same_ee tpp")
+    record("speculation", "spec_greedy_identical_share", sum(greedy_ok) / len(greedy_ok), "fraction",
+           f"prompt-lookup greedy runs identical to plain greedy ({len(greedy_ok)} runs, four prompts, k = "
+           f"4, 8)")
+    record("speculation", "spec_early_exit_identical", bool(same_ee), "",
+           f"early exit L={L_run}, k = 2, copy prompt")
+    record("speculation", "spec_greedy_identical", bool(all(greedy_ok) and same_ee), "",
+           "every greedy run of both drafters")
+    record("speculation", "spec_worked_example_tokens", len(emitted), "tokens",
+           "the tutorial's drafts and the target's picks through labkit's greedy acceptance rule: tokens "
+           "one pass emits")
+    for t in prompts:
+        record("speculation", f"spec_{t}_tokens_per_pass_k4", tpp[K][t], "tokens/pass",
+               f"prompt lookup, {t} prompt, greedy, k = 4")
+    record("speculation", "spec_tokens_per_pass_median", float(np.median(list(tpp[K].values()))),
+           "tokens/pass",
+           "prompt lookup, greedy, k = 4 (fixed before the runs), median of four prompts: "
+           + ", ".join(f"{t} {v:.2f}" for t, v in tpp[K].items()))
+    record("speculation", "spec_tokens_per_pass_median_k8", float(np.median(list(tpp[8].values()))),
+           "tokens/pass", "the same at k = 8: " + ", ".join(f"{t} {v:.2f}" for t, v in tpp[8].items()))
+    a0, a12 = accept[0.0][0], median_interval(accept[1.2])
+    record("speculation", "spec_accept_t0", a0, "fraction", "prompt lookup, copy prompt, k = 4, greedy")
+    record("speculation", "spec_accept_t12", a12["median"], "fraction",
+           f"copy prompt, k = 4, temperature 1.2, {SAMPLED} tokens, seeds {SEEDS}",
+           spread=(a12["lo"], a12["hi"], int(a12["n"])))
+    record("speculation", "spec_accept_t12_hi", a12["hi"], "fraction", "upper end of that interval")
+    record("speculation", "spec_accept_t12_over_t0", a12["median"] / a0, "x", "acceptance at 1.2 / greedy",
+           spread=(a12["lo"] / a0, a12["hi"] / a0, int(a12["n"])))
+    alpha_ee, cost, depths, expect_speed, spec_rounds, spec_speed = take(
+        page, "alpha_ee cost depths expect_speed spec_rounds spec_speed")
+    sp, st = spec_speed["copy"], spec_rounds["copy"][1]
+    shallow, deep = depths[0], depths[-1]
+    for name, L in (("shallow", shallow), ("deep", deep)):
+        record("speculation", f"ee_cost_{name}", cost[L], "x",
+               f"early-exit draft step at L={L} / full decode step")
+        record("speculation", f"ee_alpha_{name}", float(np.mean([alpha_ee[t][L] for t in prompts])),
+               "fraction", f"greedy acceptance of the exit at L={L}, mean over four prompts")
+    record("speculation", "spec_copy_speedup_k4", sp["median"], "x",
+           "decode time per token, plain / speculative, "
+           f"copy prompt, k = 4, {st.new_tokens} tokens each, median of {sp['n']} paired rounds in "
+           f"alternating order", spread=(sp["lo"], sp["hi"], sp["n"]))
+    record("speculation", "spec_copy_speedup_expected_k4", expect_speed["copy"], "x",
+           f"copy prompt, k = 4: tokens per pass / the measured cost of a {K + 1}-token pass (drafting free)")
+
+    # Put the stable part first
+    order_rows = take(page, "order_rows")[0]
+    record("speculation", "prefix_tutorial_shared_first_tokens", int(order_rows[0]["cached"]), "tokens",
+           "computed: tokens 'Weather in Paris?' and 'Weather in Tokyo?' share as a prefix, this tokenizer")
+    record("speculation", "prefix_tutorial_varying_first_tokens", int(order_rows[1]["cached"]), "tokens",
+           "computed: tokens 'Paris weather?' and 'Tokyo weather?' share as a prefix, this tokenizer")
+
+    # Parallelism: how many GPUs, and how to split a model over them
+    (cache_rows, cap, device, ds, factor, long, prof, rule, short, text) = take(
+        page, "cache_rows cap device ds factor long prof rule short text")
+    for name, row in (("short", short), ("long", long)):
+        record("speculation", f"prefix_miss_ms_{name}", row["miss_s"] * 1e3, "ms",
+               f"{row['shared']} shared tokens prefilled")
+        record("speculation", f"prefix_hit_ms_{name}", row["hit_s"] * 1e3, "ms",
+               f"{row['shared']} shared tokens cached")
+    record("speculation", "prefix_hit_over_miss_ttft", long["hit_s"] / long["miss_s"], "x",
+           f"{prof.llm} KV cache on {device}: TTFT with {long['shared']} shared tokens cached vs prefilled")
+    record("speculation", "prefix_max_logit_diff", max(r["max_abs_diff"] for r in cache_rows), "",
+           f"largest |logit difference|, cached prefix vs full prefill, {cap.dtype} (the check uses "
+           f"float32's)")
+    record("speculation", "deepseek_v3_params_b", param_count(ds)["total"] / 1e9, "B",
+           "computed from its config")
+    record("speculation", "deepseek_v3_b200_rule_gpus", rule["exact"], "GPUs",
+           "counted params x 1 byte x 1.8 / 192 GB")
+    tp = parallelism.round_up_tp(rule["ceil"], ds)
+    if tp is None:
+        unmeasured("speculation", "deepseek_v3_b200_tp", "no tensor-parallel size in a node fits the rule")
+    else:
+        record("speculation", "deepseek_v3_b200_tp", tp, "GPUs",
+               "computed: the next tensor-parallel size its attention heads allow")
+    record("speculation", "kv_aware_factor_max", max(factor.values()), "x",
+           f"computed, KV-aware / weight bytes: {text}")
+    record("speculation", "kv_aware_factor_deepseek_v3", factor["DeepSeek-V3 32k x 16"], "x",
+           "32k tokens x 16 users")
+    record("speculation", "kv_aware_factor_qwen3_4b_many", factor["Qwen3-4B 40k x 64"], "x",
+           "40k tokens x 64 users")
+    cache_sizes, diff32 = take(page, "cache_sizes diff32")
+    record("speculation", "prefix_max_logit_diff_fp32", diff32, "",
+           "largest |logit difference|, cached prefix vs "
+           f"full prefill, float32 on the CPU, shared prefixes of {cache_sizes[0]} and 512 tokens")
+    cache_target, prefix_vllm = take(page, "cache_target prefix_vllm")
+    record("speculation", "prefix_server_kind", cache_target.kind, "", cache_target.engine)
+    if prefix_vllm is not None:
+        v = prefix_vllm
+        record("speculation", "prefix_vllm_hit_over_miss_ttft", v["ratio"], "x",
+               "TTFT stable part first / varying first")
+        for kind, order in (("hit", "stable"), ("miss", "varying")):
+            record("speculation", f"prefix_vllm_{order}_first_hit_rate", v[f"{kind}_rate"], "fraction",
+                   f"{cache_target.engine} /metrics: cached / looked-up tokens, {order} part first")
+            record("speculation", f"prefix_vllm_{order}_first_ttft_ms", v[f"{kind}_ttft_s"] * 1e3, "ms",
+                   f"median TTFT, {order} part first, {v['shared_tokens']}-token system prompt")
+
+    # Why large batches erase the gain
+    at = take(page, "at")[0]
+    how = "computed: k = 4, the copy prompt's alpha, bf16 on the H100 roofline"
+    record("speculation", "spec_h100_speedup_b1", at[(1, 0.0)], "x", f"{how}, free drafter, batch 1")
+    record("speculation", "spec_h100_speedup_b256", at[(256, 0.0)], "x", f"{how}, free drafter, batch 256")
+    record("speculation", "spec_h100_speedup_b512", at[(512, 0.0)], "x", f"{how}, free drafter, batch 512")
+    record("speculation", "spec_h100_speedup_b512_c01", at[(512, 0.1)], "x",
+           f"{how}, a drafter costing 0.1 target steps per guess, batch 512")
+
+    # Going further: paged KV blocks against a contiguous reservation
+    r = take(page, "r")[0]  # the page's r as this section left it
+    record("speculation", "paged_kv_live_share", r["paged_live_share"], "fraction",
+           f"live KV tokens / tokens in 16-token blocks, {r['sequences']} requests of the lab's prompts and "
+           f"greedy answers")
+    record("speculation", "contiguous_2048_live_share", r["contiguous_live_share"], "fraction",
+           "live KV tokens / a contiguous 2,048-token reservation per sequence, the same requests")
+    record("speculation", "paged_over_contiguous_fit_2048", r["fit_paged"] / r["fit_contiguous"], "x",
+           "computed: sequences of this mix a Qwen3-4B KV budget on an H100 holds, paged / contiguous at "
+           "2,048")

@@ -111,7 +111,7 @@ def keep(page: Mapping[str, Any]) -> None:
     record("beyond", "embedding_text_tokens", ids["input_ids"].shape[1], "tokens", "the embedded text")
 
     # Going further: streaming over a WebSocket
-    best, same, ws, ws_text = take(page, "best same ws ws_text")
+    best, ws, ws_text = take(page, "best ws ws_text")
     for (chunk, n), s in ws.items():
         for q in ("p50", "p99"):
             record("beyond", f"ws_rtt_{q}_ms_chunk{chunk * 1000:.0f}_streams{n}", s[q], "ms",

@@ -28,9 +28,9 @@ def parse(expr: str):
     return promql_parser.parse(expr)
 
 
-def selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
+def selectors(expr: str) -> list[tuple[str | None, dict[str, str]]]:
     """(metric name, {label: value}) of every series selector in ``expr``."""
-    found = []
+    found: list[tuple[str | None, dict[str, str]]] = []
 
     def visit(node):
         if isinstance(node, promql_parser.VectorSelector):
@@ -82,7 +82,7 @@ def test_every_selector_picks_this_deployment_only():
         for metric, matchers in selectors(expr):
             if metric in recorded:
                 continue  # a recording rule of this PrometheusRule, filtered where it is computed
-            if metric.startswith("DCGM_"):  # the exporter labels a GPU with the pod using it
+            if metric and metric.startswith("DCGM_"):  # the exporter labels a GPU with the pod using it
                 assert (matchers["namespace"], matchers["pod"]) == (ns, f"{name}-.*"), expr
                 continue
             picked = (matchers.get("namespace"), matchers.get(alerts.INSTANCE_LABEL))
@@ -143,7 +143,7 @@ def test_metric_names_and_buckets_exist_in_the_pinned_vllm_release():
                 mounted = src / "entrypoints" / "serve" / "instrumentator" / "metrics.py"
                 assert "Instrumentator(" in mounted.read_text()
                 continue
-            base = re.sub(r"_(bucket|count|sum|total)$", "", metric)
+            base = re.sub(r"_(bucket|count|sum|total)$", "", metric or "")
             assert f'name="{metric}"' in loggers or f'name="{base}"' in loggers, metric
     # grouped status codes ("5xx"), the instrumentator's default
     assert "should_group_status_codes: bool = True" in (instrumentator / "middleware.py").read_text()

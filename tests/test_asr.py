@@ -24,7 +24,12 @@ def test_transcribe_times_the_call_and_the_lazy_decoding_with_the_lab_timer(monk
 
     clock = iter([0.01, 1.5])  # the call returns a lazy generator fast; consuming it does the work
     used = []
-    monkeypatch.setattr(asr, "timed", lambda fn, device="cpu": (used.append(device) or fn(), next(clock)))
+
+    def timed(fn, device="cpu"):
+        used.append(device)
+        return fn(), next(clock)
+
+    monkeypatch.setattr(asr, "timed", timed)
     segments = (SimpleNamespace(text=f" word{i} ") for i in range(3))
     model = SimpleNamespace(transcribe=lambda audio, **kw: (segments, SimpleNamespace(language="en")))
     r = asr.transcribe(model, np.zeros(3 * asr.SAMPLE_RATE, dtype=np.float32))
@@ -81,7 +86,8 @@ def test_whisper_params_match_the_published_counts():
     from labkit.media.asr import WHISPER_LARGE_V3
 
     assert asr.whisper_params(WHISPER_LARGE_V3) == 1_543_490_560  # openai/whisper-large-v3
-    base = dict(d_model=512, encoder_layers=6, decoder_layers=6, ffn=2048, positions=1500, vocab=51865)
+    base: dict[str, float] = dict(d_model=512, encoder_layers=6, decoder_layers=6, ffn=2048, positions=1500,
+                                  vocab=51865)
     assert asr.whisper_params(base, n_mels=80) == 72_593_920  # openai/whisper-base
 
 

@@ -46,6 +46,7 @@ def test_pcm16_round_trip_and_frame_validation():
     frame = st.encode_pcm16(SPEECH[:SAMPLE_RATE])
     assert len(frame) == 2 * SAMPLE_RATE
     audio, code, error = st.check_frame(frame, 0.1, 5.0)
+    assert audio is not None
     assert code == 1000 and error == "" and np.abs(audio - SPEECH[:SAMPLE_RATE]).max() < 1e-4
     assert st.check_frame("hello", 0.1, 5.0)[1] == 1003
     assert st.check_frame(frame[:-1], 0.1, 5.0)[1] == 1007  # odd byte count

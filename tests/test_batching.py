@@ -2,6 +2,7 @@
 and synthetic files: the mechanics, not a model's numbers."""
 
 import json
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,8 @@ def test_workload_draws_mixed_lengths_deterministically():
 
 
 def test_static_gate_waits_for_the_whole_group_and_continuous_does_not():
-    reqs = [{"prompt": f"p{i}", "max_tokens": n} for i, n in enumerate([2, 2, 2, 30, 2, 2, 2, 30])]
+    reqs: list[dict[str, Any]] = [{"prompt": f"p{i}", "max_tokens": n}
+                                  for i, n in enumerate([2, 2, 2, 30, 2, 2, 2, 30])]
     with fake_server(step_s=0.004) as srv:
         st = B.static_gate(srv.url, "fake", reqs, batch=4)
         co = B.continuous(srv.url, "fake", reqs, batch=4)

@@ -4,6 +4,7 @@ line on stderr that says what to do, exit status 2, no traceback, and nothing is
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from labkit.cli import main
 
 
 def bench(capsys, *args):
+    code: Any
     try:
         code = main(["bench", *args, "--no-progress"])
     except SystemExit as e:  # argparse's usage errors

@@ -167,6 +167,7 @@ def test_an_unmeasured_figure_with_its_reason_is_not_forgotten(monkeypatch, tmp_
             and "/" not in c.key and c.evidence != "gpu"]
     results.unmeasured("setup", mine[0].key, "no such tool here")
     data = results.load("setup")
+    assert data is not None
     assert mine[0].id not in dict(unrecorded("setup", data))
     row = {r["id"]: r for r in chapter_claims("setup", data)}[mine[0].id]
     assert row["verdict"] == "not measured" and "no such tool" in row["reason"]
@@ -211,5 +212,5 @@ def test_findings_sentence_judges_only_what_this_run_recorded(monkeypatch, tmp_p
     monkeypatch.setattr(results, "RUN_ID", "a-new-kernel-process")
     assert findings_sentence("setup").startswith("This run has recorded no figure")
     results.unmeasured("setup", mine[0].key, "no such tool here")  # this run: one figure so far
-    later = unrecorded("setup", results.load("setup"))
+    later = unrecorded("setup", results.load("setup") or {})
     assert later and f"{len(later)} more, on figures recorded further down" in findings_sentence("setup")

@@ -2,6 +2,7 @@
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,7 +61,8 @@ def test_capacity_reads_the_measured_curve_under_the_latency_target():
     assert capacity(CURVE, 8) == (8, 37)
     assert capacity(CURVE, 6) == (6, pytest.approx(31.5))             # halfway between 4 and 8
     assert capacity({1: 10, 4: 40, 8: 30}, 8) == (4, 40)               # past the knee: run at 4
-    assert capacity({"1": 10, "8": 50}, 8) == (8, 50)                 # keys as read back from JSON
+    assert capacity({"1": 10, "8": 50}, 8) == (8, 50)  # type: ignore[dict-item]  # keys as JSON gives them
+    bad: Any
     for bad in (32, 0.5):
         with pytest.raises(ValueError, match="extrapolating"):
             capacity(CURVE, bad)
@@ -104,7 +106,7 @@ def test_costs_are_monotone_in_traffic():
 def test_crossover_by_hand_where_both_bills_are_equal():
     # $0.0004 a request (200 in at $1/M, 100 out at $2/M); one replica ($729.60/month) serves
     # 1,000 x 0.5 / 2 tok/s mean = 216,000 req/day, so it crosses at 729.6 / (30.4 x 0.0004) = 60,000/day.
-    kw = dict(utilization_target=0.5, peak_to_mean=2.0)
+    kw: dict[str, Any] = dict(utilization_target=0.5, peak_to_mean=2.0)
     x = crossover(200, 100, TIER, GPU, {1: 1000}, **kw)
     assert x == pytest.approx(60_000, rel=1e-9)
     at = monthly_costs(x, 200, 100, TIER, GPU, {1: 1000}, **kw)
@@ -117,7 +119,7 @@ def test_crossover_by_hand_where_both_bills_are_equal():
 
 def test_crossover_on_shipped_prices_is_an_equal_cost_point_or_inf():
     p = load_prices()
-    curve = {1: 150, 8: 900, 32: 2400}  # a curve shaped like a 4B model on a data-center GPU
+    curve: dict[int, float] = {1: 150, 8: 900, 32: 2400}  # shaped like a 4B model on a data-center GPU
     found = 0
     for tier in p["api"].values():
         for gpu in p["gpus"].values():
@@ -190,7 +192,7 @@ def test_plot_crossover_marks_the_crossing():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kw = dict(utilization_target=0.5)
+    kw: dict[str, Any] = dict(utilization_target=0.5)
     ax = cost.plot_crossover(200, 100, TIER, GPU, {1: 1000}, lo=1e3, hi=1e7, points=60, **kw)
     assert ax.get_xscale() == ax.get_yscale() == "log"
     labels = [line.get_label() for line in ax.get_lines()]

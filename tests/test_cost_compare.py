@@ -1,6 +1,7 @@
 """The API-or-dedicated comparison in figures and sentences (labkit.production.cost_compare, chapter 08)."""
 
 import math
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def test_api_over_dedicated_grows_with_traffic():
 
 
 def test_crossover_sentence_says_what_the_table_says():
-    prices = {"cheap": {"output_per_mtok": 0.1}, "dear": {"output_per_mtok": 15}}
+    prices: dict[str, dict[str, Any]] = {"cheap": {"output_per_mtok": 0.1}, "dear": {"output_per_mtok": 15}}
     s = cost_compare.crossover_sentence("this machine", {"cheap": math.inf, "dear": 2668.5}, prices)
     assert s == ("this machine costs less than dear ($15/1M out) above 2,668 requests/day, and never costs "
                  "less than cheap ($0.1/1M out) at any traffic.")

@@ -5,6 +5,7 @@ dashboard file."""
 
 import json
 import re
+from typing import Any
 
 import promql_parser
 import pytest
@@ -46,7 +47,7 @@ def test_the_dashboard_shows_what_the_issue_asks_for():
 
 def test_every_panel_is_well_formed_and_every_query_parses():
     assert [v["name"] for v in BOARD["templating"]["list"]] == ["datasource"]
-    cells = set()
+    cells: set[Any] = set()
     for p in BOARD["panels"]:
         assert p["type"] == "timeseries" and p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         refs = [t["refId"] for t in p["targets"]]

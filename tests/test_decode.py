@@ -109,9 +109,13 @@ def test_step_figures_are_the_roofline_formulas():
 
 
 def test_interleaved_decode_alternates_the_models(llama, monkeypatch):
-    order = []
-    monkeypatch.setattr(decode.microbench, "memory_bandwidth",
-                        lambda device, repeats=3: order.append("bw") or {"gbps_best": 10.0 + len(order)})
+    order: list[str] = []
+
+    def bandwidth(device, repeats=3):
+        order.append("bw")
+        return {"gbps_best": 10.0 + len(order)}
+
+    monkeypatch.setattr(decode.microbench, "memory_bandwidth", bandwidth)
     real = decode.greedy_decode
 
     def spy(model, *a, **k):

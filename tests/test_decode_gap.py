@@ -1,6 +1,8 @@
 """Where generation speed goes between llama-bench and the client (chapter 02): the layer
 arithmetic of labkit.serving.decode_gap on hand-written records, and llama.cpp's timings."""
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -26,8 +28,8 @@ def test_llamacpp_timing_in_seconds_and_its_own_rate():
 
 def record(pid, ttft, step, n=5, server_tps=None, prefill=None):
     """A streamed request: first token at ``ttft`` s, then one token every ``step`` s."""
-    chunks = [(ttft + i * step, 1) for i in range(n)]
-    sv = None
+    chunks: list[tuple[float, int | None]] = [(ttft + i * step, 1) for i in range(n)]
+    sv: Any = None
     if server_tps is not None:
         sv = {"eval_count": n, "prompt_eval_count": 10, "eval_s": (n - 1) / server_tps,
               "prompt_eval_s": prefill, "load_s": None, "total_s": None, "eval_tokens_per_s": server_tps}
@@ -90,7 +92,7 @@ def test_requests_without_the_servers_timing_are_left_out():
 
 
 def test_unstreamed_timing_posts_a_plain_request(monkeypatch):
-    sent = {}
+    sent: dict[str, Any] = {}
 
     def post(url, json, timeout):
         sent.update(url=url, body=json)
@@ -114,7 +116,8 @@ def test_figures_are_what_the_chapter_records():
     f = decode_gap.figures(g, {"gen_tps": 100.0, "gen_tps_sd": 4.0, "threads": 2}, reps=3)
     assert f["threads"][0] == 2
     assert f["bench_gen_tps"][0] == 100.0 and f["bench_gen_tps"][3] == (96.0, 104.0, 3)
-    assert f["sampling_ms"][0] == pytest.approx(2.5) and f["sampling_ms"][3][2] == 3
+    spread = f["sampling_ms"][3]
+    assert f["sampling_ms"][0] == pytest.approx(2.5) and spread is not None and spread[2] == 3
     assert "server_ms" not in f and "client_over_server" in f
     assert all(unit for _, unit, _, _ in f.values())
 

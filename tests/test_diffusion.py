@@ -148,7 +148,11 @@ def test_load_time_comes_from_the_lab_timer(monkeypatch):
     calls = []
     monkeypatch.setattr(diffusers, "StableDiffusionXLPipeline", FakePipe)
     monkeypatch.setattr(labkit.hardware.machine, "resolve_device", lambda pref: pref)
-    monkeypatch.setattr(diffusion, "timed", lambda fn, device="cpu": (calls.append(device) or fn(), 1.25))
+    def timed(fn, device="cpu"):
+        calls.append(device)
+        return fn(), 1.25
+
+    monkeypatch.setattr(diffusion, "timed", timed)
     pipe, info = diffusion.load_pipeline("stabilityai/sdxl-turbo", device="cuda")
     assert calls == ["cuda"] and info["load_s"] == 1.25 and pipe.device == "cuda"
 

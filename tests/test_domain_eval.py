@@ -1,4 +1,5 @@
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -34,6 +35,7 @@ def test_the_files_are_what_the_seeded_generator_writes(tmp_path):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_evals", DATA / "evals" / "make_evals.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.write(tmp_path)
@@ -90,7 +92,7 @@ def test_compare_pairs_items_and_resamples_invoices():
 
 
 def test_separated_needs_a_significant_difference():
-    many = {"a": [1] * 20 + [0] * 20, "b": [0] * 40, "c": [1] * 19 + [0] * 21}
+    many: dict[str, Sequence[int]] = {"a": [1] * 20 + [0] * 20, "b": [0] * 40, "c": [1] * 19 + [0] * 21}
     sep = de.separated(many)
     assert sep["a", "b"] == 1 and sep["b", "c"] == -1 and sep["a", "c"] == 0
 

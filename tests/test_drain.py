@@ -2,6 +2,7 @@
 process: with a drain every stream gets all its tokens; without one (vLLM's default) they are cut."""
 
 import sys
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_bad_settings_say_what_to_pass():
 
 def _drain_figures(start, monkeypatch):
     """What :func:`drain_or_not` records with servers from ``start``."""
-    values = {}
+    values: dict[str, Any] = {}
     monkeypatch.setattr(drain, "record", lambda chapter, key, value, *_: values.__setitem__(key, value))
     drain.drain_or_not(start, "fake", drain_s=10, n=3, max_tokens=30, at_tokens=4, timeout_s=30)
     return values

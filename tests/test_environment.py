@@ -23,7 +23,9 @@ def test_environment_yml_matches_pyproject():
     yml = (ROOT / "environment.yml").read_text().splitlines()
     conda = _pins(line.strip().lstrip("- ") for line in yml)
     python = re.search(r"python=3\.(\d+)", " ".join(yml))
-    low, high = re.match(r">=3\.(\d+),<3\.(\d+)", project["requires-python"]).groups()
+    pins = re.match(r">=3\.(\d+),<3\.(\d+)", project["requires-python"])
+    assert pins, project["requires-python"]
+    low, high = pins.groups()
     assert python and int(low) <= int(python.group(1)) < int(high), (python, project["requires-python"])
     assert conda == wanted, {k: (wanted.get(k), conda.get(k)) for k in wanted.keys() | conda.keys()
                              if wanted.get(k) != conda.get(k)}

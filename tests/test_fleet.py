@@ -4,6 +4,7 @@ bad input."""
 
 import math
 import time
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -18,7 +19,8 @@ SPIKE = traces.day_trace(1.0, hours=1, peak_to_trough=1.0, spikes=((0.3, 6.0, 0.
 
 
 def spike_run(**overrides):
-    cfg = dict(min_replicas=1, max_replicas=6, signal="running", target=6, cold_start_s=120, interval_s=15)
+    cfg: dict[str, Any] = dict(min_replicas=1, max_replicas=6, signal="running", target=6,
+                               cold_start_s=120, interval_s=15)
     cfg.update(overrides)
     return fleet.simulate_fleet(SPIKE, 4.0, 8, fleet.ScalerConfig(**cfg), slo_s=10, max_wait_s=30,
                                 horizon_s=3600)
@@ -47,6 +49,7 @@ def test_day_trace_follows_the_rate():
     assert per_hour[4] < per_hour[16] and per_hour[19] > per_hour[18]          # trough, peak, spike
     assert np.array_equal(arr, traces.day_trace(0.5, seed=0))
     assert not np.array_equal(arr, traces.day_trace(0.5, seed=1))
+    bad: dict[str, Any]
     for bad in (dict(mean_rps=0), dict(mean_rps=1, hours=0), dict(mean_rps=1, peak_to_trough=0.5),
                 dict(mean_rps=1, spikes=((1.0, -2.0, 1.0),))):
         with pytest.raises(ValueError):
@@ -71,8 +74,9 @@ def test_accounting_always_holds():
     def lognormal(rng):
         return float(rng.lognormal(1.0, 0.5))
 
-    cases = [dict(), dict(min_replicas=0), dict(max_replicas=1), dict(signal="waiting", target=1),
-             dict(warm_pool=3, cold_start_s=600), dict(scale_down_delay_s=0, interval_s=5)]
+    cases: list[dict[str, Any]] = [dict(), dict(min_replicas=0), dict(max_replicas=1),
+                                   dict(signal="waiting", target=1), dict(warm_pool=3, cold_start_s=600),
+                                   dict(scale_down_delay_s=0, interval_s=5)]
     for i, kw in enumerate(cases):
         for wait, routing in ((0.0, "pool"), (30.0, "pool"), (30.0, "service")):
             r = fleet.simulate_fleet(SPIKE, lognormal, 4, fleet.ScalerConfig(**kw), 10, wait, seed=i,
@@ -93,7 +97,8 @@ def test_per_replica_queues_leave_a_free_replica_idle():
     # a day on the manifest's autoscaler: requests stranded behind a busy replica while another has a free
     # slot time out, so per-replica queues drop more and have the longer tail
     arr = traces.day_trace(2.5 * 8 / 36.0, seed=0)
-    served = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120, horizon_s=24 * 3600)
+    served: dict[str, Any] = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120,
+                                  horizon_s=24 * 3600)
     cfg = fleet.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)
     day = {k: fleet.simulate_fleet(arr, config=cfg, routing=k, **served) for k in ("pool", "service")}
     assert day["service"]["dropped"] > 2 * day["pool"]["dropped"]
@@ -118,6 +123,7 @@ def test_shorter_cold_start_means_fewer_late_requests():
 
 
 def test_scaling_follows_the_spike_and_comes_back_down():
+    kw: dict[str, Any]
     for kw in (dict(), dict(signal="waiting", target=2)):
         r = spike_run(**kw)
         t, ready, starting, _ = zip(*r["timeline"], strict=True)
@@ -158,15 +164,18 @@ def test_plot_fleet():
 def test_bad_scaler_and_fleet_arguments():
     with pytest.raises(ValueError, match="routing"):
         fleet.simulate_fleet(np.zeros(3), 1.0, 1, fleet.ScalerConfig(), 10, 10, routing="dns")
+    bad: dict[str, Any]
     for bad in (dict(signal="gpu"), dict(min_replicas=3, max_replicas=2), dict(target=0),
                 dict(interval_s=0), dict(cold_start_s=-1), dict(warm_pool=-1), dict(max_replicas=0)):
         with pytest.raises(ValueError):
             fleet.ScalerConfig(**bad)
     cfg = fleet.ScalerConfig()
+    args: tuple[Any, Any, Any]
     for args in (([], 1.0, 1), ([-1.0], 1.0, 1), ([1.0], 0.0, 1), ([1.0], 1.0, 0),
                  ([1.0], lambda rng: -1, 1)):
         with pytest.raises(ValueError):
-            fleet.simulate_fleet(*args, config=cfg, slo_s=1, max_wait_s=1)
+            trace, service, slots = args
+            fleet.simulate_fleet(trace, service, slots, config=cfg, slo_s=1, max_wait_s=1)
     with pytest.raises(ValueError, match="slo_s"):
         fleet.simulate_fleet([1.0], 1.0, 1, cfg, slo_s=0, max_wait_s=1)
 
@@ -197,9 +206,11 @@ def test_burst_trace_rates_in_replicas_worth():
     assert abs(((short >= 600) & (short < 615)).sum() - 15 * 9 * 4) < 4 * np.sqrt(540)   # no faster front
     again = traces.burst_trace(slots, service, 2.0, 5.0, 20.0, 1000.0, 2000.0, 1000.0, seed=0)
     assert np.array_equal(arr, again)
+    bad: dict[str, Any]
     for bad in (dict(service_s=0), dict(extra=0), dict(front_s=0), dict(front_s=2000, hold_s=1200)):
         with pytest.raises(ValueError):
-            traces.burst_trace(**{"slots_per_replica": 8, "service_s": 10.0, **bad})
+            kwargs: dict[str, Any] = {"slots_per_replica": 8, "service_s": 10.0, **bad}
+            traces.burst_trace(**kwargs)
 
 
 def test_the_burst_makes_the_plain_autoscaler_late_whatever_the_request_time():
@@ -256,9 +267,10 @@ def test_seed_verdict_holds_with_mean_and_spread():
     assert v["cut_mean"] == pytest.approx(200 / 3)
     assert v["cut_sd"] == pytest.approx(np.std([50, 50, 100], ddof=1))
     assert "on 3 of 3 seeds: 200 -> 133 on average, a cut of 67 ± 29" in v["sentence"]
-    for bad in (([], []), ([1, 2], [1]), ([1, -1], [0, 0]), ([[1]], [[0]])):
+    pair: tuple[Any, Any]
+    for pair in (([], []), ([1, 2], [1]), ([1, -1], [0, 0]), ([[1]], [[0]])):
         with pytest.raises(ValueError):
-            fleet.seed_verdict(*bad)
+            fleet.seed_verdict(*pair)
 
 
 # --- what a real HPA adds: tolerance, scrape lag, behaviour policies, grace period ---------------
@@ -276,7 +288,7 @@ def test_tolerance_holds_a_fleet_within_ten_percent_of_target():
     # 2 replicas x 10 slots, 4 s requests at 4.3 req/s: ~17.2 busy, 8.6 per replica vs a target of 8
     # (7.5% over). Without tolerance the HPA asks for ceil(17 / 8) = 3; with 10% it stays at 2.
     args = (_steady(4.3, 1800), 4.0, 10)
-    base = dict(min_replicas=2, signal="running", target=8, interval_s=15, cold_start_s=60)
+    base: dict[str, Any] = dict(min_replicas=2, signal="running", target=8, interval_s=15, cold_start_s=60)
     exact = fleet.simulate_fleet(*args, fleet.ScalerConfig(**base), slo_s=30, max_wait_s=60)
     tol = fleet.simulate_fleet(*args, fleet.ScalerConfig(**base, tolerance=0.1), slo_s=30, max_wait_s=60)
     assert exact["peak_replicas"] >= 3 and tol["peak_replicas"] == 2
@@ -285,7 +297,8 @@ def test_tolerance_holds_a_fleet_within_ten_percent_of_target():
 def test_scale_up_policy_adds_at_most_two_pods_or_double_per_minute():
     burst = _steady(20.0, 600)  # wants ~10 replicas of 8 slots at 4 s per request from the start
     # (busy slots cannot exceed the fleet's slots, so queue depth is the signal that sees the burst)
-    base = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4), interval_s=15,
+    base: dict[str, Any] = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4),
+                                interval_s=15,
                 cold_start_s=30)
     free = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
     paced = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base, up_pods=2, up_percent=100,
@@ -298,7 +311,8 @@ def test_scale_up_policy_adds_at_most_two_pods_or_double_per_minute():
 
 def test_scale_down_policy_removes_one_pod_per_period():
     trace = np.concatenate([_steady(20.0, 600), 600 + _steady(0.2, 1800)])
-    base = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4), interval_s=15,
+    base: dict[str, Any] = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4),
+                                interval_s=15,
                 cold_start_s=30, scale_down_delay_s=60)
     free = fleet.simulate_fleet(trace, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
     paced = fleet.simulate_fleet(trace, 4.0, 8, fleet.ScalerConfig(**base, down_pods=1, down_period_s=120),
@@ -315,7 +329,7 @@ def test_scale_down_policy_removes_one_pod_per_period():
 def test_grace_period_cuts_requests_longer_than_it():
     # 300 s requests, load ends: a scaled-down replica's requests are cut after a 60 s grace period.
     trace = np.concatenate([_steady(0.2, 300), 300 + _steady(0.01, 3000)])
-    base = dict(min_replicas=1, signal="running", target=2, interval_s=15, cold_start_s=30,
+    base: dict[str, Any] = dict(min_replicas=1, signal="running", target=2, interval_s=15, cold_start_s=30,
                 scale_down_delay_s=60)
     kept = fleet.simulate_fleet(trace, 300.0, 8, fleet.ScalerConfig(**base), slo_s=400, max_wait_s=600)
     cut = fleet.simulate_fleet(trace, 300.0, 8, fleet.ScalerConfig(**base, grace_s=60), slo_s=400,
@@ -326,7 +340,8 @@ def test_grace_period_cuts_requests_longer_than_it():
 
 def test_scrape_lag_delays_the_reaction():
     burst = np.concatenate([_steady(0.5, 600), 600 + _steady(20.0, 300)])
-    base = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4), interval_s=15,
+    base: dict[str, Any] = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4),
+                                interval_s=15,
                 cold_start_s=30)
     now = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
     lagged = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base, scrape_s=15, lag_s=60),
@@ -366,8 +381,10 @@ def test_manifest_policy_cuts_the_burst_with_a_pool_or_int4_at_gpu_cold_starts()
         trial = {"plain": fleet.ScalerConfig.manifest(**m, cold_start_s=cold),
                  "pool": fleet.ScalerConfig.manifest(**m, cold_start_s=cold, warm_pool=1),
                  "int4": fleet.ScalerConfig.manifest(**m, cold_start_s=cold4)}
-        runs = fleet.over_seeds(lambda s, h=hold, t=service_s: traces.burst_trace(8, t, hold_s=h, seed=s),
-                                trial, range(5), service_s=service_s, slots_per_replica=8,
+        def burst(seed: int, hold_s: float = hold, service: float = service_s) -> Any:
+            return traces.burst_trace(8, service, hold_s=hold_s, seed=seed)
+
+        runs = fleet.over_seeds(burst, trial, range(5), service_s=service_s, slots_per_replica=8,
                                 slo_s=service_s + 30, max_wait_s=120)
         hurt = {k: [r["late"] + r["dropped"] for r in rs] for k, rs in runs.items()}
         for k in ("pool", "int4"):
@@ -377,7 +394,8 @@ def test_manifest_policy_cuts_the_burst_with_a_pool_or_int4_at_gpu_cold_starts()
 def test_manifest_policy_beats_queue_depth_alone_on_a_day():
     # the chapter's day: a fleet averaging 2.5 replicas, GPU cold starts of 7 min
     arr = traces.day_trace(2.5 * 8 / 36.0, seed=0)
-    served = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120, horizon_s=24 * 3600)
+    served: dict[str, Any] = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120,
+                                  horizon_s=24 * 3600)
     naive = fleet.simulate_fleet(arr, config=fleet.ScalerConfig(signal="waiting", target=2, max_replicas=24,
                                                                 cold_start_s=420), **served)
     manifest = fleet.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)

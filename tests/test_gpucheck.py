@@ -3,6 +3,7 @@ and timing sections run on the CPU (the real run needs CUDA). Catalog matching i
 test_catalog.py, the decode loop in test_decode.py."""
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -49,7 +50,7 @@ def test_summary_table_and_exit_code():
 
 
 def test_a_failing_section_is_reported_and_the_next_still_runs(monkeypatch, capsys):
-    ran = []
+    ran: list[Any] = []
 
     def ok(ctx):
         ran.append(("ok", ctx.dtype, ctx.accelerator.name))

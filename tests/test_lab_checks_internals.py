@@ -150,6 +150,7 @@ def _kv_formula(model, w, cfg, short: bool) -> bool:
 
 
 def test_cache_one_token_short_breaks_the_formula(tiny):
-    broken, right = _kv_formula(*tiny, short=True), _kv_formula(*tiny, short=False)
+    model, w, cfg = tiny
+    broken, right = _kv_formula(model, w, cfg, short=True), _kv_formula(model, w, cfg, short=False)
     assert outcome("internals", "kv_formula", {"kv_formula_matches": broken}).held is False
     assert outcome("internals", "kv_formula", {"kv_formula_matches": right}).held is True

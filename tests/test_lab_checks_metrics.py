@@ -8,6 +8,7 @@ The fake server stands in for each engine's own clock: vLLM's histograms are giv
 durations the server itself measured in its Ollama answer (``prompt_eval_duration``, ``eval_duration``)."""
 
 import time
+from typing import Any
 
 from labkit.checks import outcome
 from labkit.engines import vllm
@@ -99,7 +100,7 @@ def test_tpot_with_the_first_token_folded_in_fails(srv, monkeypatch):
     right = decode_gap.request_metrics
 
     def folded(rec):  # TPOT as the whole E2E over every token, the wait for the first one included
-        m = dict(right(rec))
+        m: dict[str, Any] = dict(right(rec))
         m["tps"] = m["output_tokens"] / m["e2e_s"]
         return m
 

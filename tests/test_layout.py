@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,7 +121,8 @@ def test_the_layer_check_catches_an_upward_import_and_an_unplaced_module():
         "labkit.newthing is in no layer: place it in LAYERS (tests/test_layout.py)"]
     assert layer_of("labkit.serving.arrivals") == layer_of("labkit.serving") == 6  # placed by package
     assert layer_of("labkit") == layer_of("labkit.cli") == len(LAYERS) - 1
-    assert layer_of("labkit.report.site") < layer_of("labkit.checks.setup") < layer_of("labkit.cli")
+    site, checks, cli = (layer_of(m) for m in ("labkit.report.site", "labkit.checks.setup", "labkit.cli"))
+    assert site is not None and checks is not None and cli is not None and site < checks < cli
 
 
 def test_function_level_and_absolute_imports_are_seen(tmp_path, monkeypatch):
@@ -140,7 +142,8 @@ def test_function_level_and_absolute_imports_are_seen(tmp_path, monkeypatch):
 
 def test_no_import_cycles():
     graph = import_graph()
-    seen, stack = set(), []
+    seen: set[str] = set()
+    stack: list[Any] = []
 
     def visit(n):
         if n in stack:

@@ -4,6 +4,8 @@ replaced by fakes (the fastest round, the best bandwidth, torch's threads restor
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 import torch
 
@@ -76,7 +78,7 @@ def test_fixed_cost_fit_recovers_a_known_line():
     sizes = [100e6, 150e6, 270e6]
     fit = lr.fixed_cost_fit(sizes, [1 / (0.010 + b / 8e9) for b in sizes])
     assert fit["fixed_s"] == pytest.approx(0.010) and fit["bw_eff"] == pytest.approx(8e9)
-    assert fit["max_residual_s"] < 1e-12 and fit["n"] == 3 and len(fit["residuals_s"]) == 3
+    assert fit["max_residual_s"] < 1e-12 and fit["n"] == 3 and len(cast(list, fit["residuals_s"])) == 3
     with pytest.raises(ValueError):
         lr.fixed_cost_fit([100e6, 100e6], [40.0, 41.0])
 
@@ -98,7 +100,11 @@ def test_formats_on_roofline_interleaves_and_keeps_every_run(monkeypatch):
 
     monkeypatch.setattr(lr.llamacpp, "bench", bench)
     monkeypatch.setattr(lr, "memory_bandwidth", copy)
-    monkeypatch.setattr(lr, "read_bandwidth", lambda: calls.append(("read",)) or 15e9)
+    def read_bandwidth():
+        calls.append(("read",))
+        return 15e9
+
+    monkeypatch.setattr(lr, "read_bandwidth", read_bandwidth)
     monkeypatch.setattr(lr, "gguf_bytes_per_token", lambda p, context: {"total": per_token[p]})
     r = lr.formats_on_roofline({"A": "a.gguf", "B": "b.gguf"}, threads=(1,), rounds=2)
     assert [c[0] for c in calls] == ["copy", "read", "bench", "bench"] * 2

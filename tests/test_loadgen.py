@@ -180,6 +180,7 @@ def test_killed_run_keeps_what_finished(tmp_path):
     cmd = [sys.executable, "-m", "labkit.engines.fakeserver", "--port", str(port), "--step-ms", "40"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
     try:
+        assert server.stdout is not None
         server.stdout.readline()  # "fake server on ..."
         bench = subprocess.Popen([sys.executable, "-m", "labkit.cli", "bench", "--base-url",
                                   f"http://127.0.0.1:{port}", "-n", "100", "--max-tokens", "3",
@@ -210,6 +211,7 @@ def test_overhead_benchmark_compares_equal_traffic(srv):
 
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "loadgen_overhead.py"
     spec = importlib.util.spec_from_file_location("loadgen_overhead", path)
+    assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     sent = []

@@ -42,7 +42,9 @@ def test_qwen3_4b_decode_is_memory_bound_on_every_catalog_accelerator():
     kv = kv_cache_bytes_for_config(cfg, 1024)
     ai = roofline.step_intensity(params, 1, memory.weight_bytes(params, "bf16"), kv)
     for acc in ACCELERATORS.values():
-        peak = acc.tflops.get("bf16", acc.tflops.get("fp16")) * 1e12
+        tflops = acc.tflops.get("bf16", acc.tflops.get("fp16"))
+        assert tflops is not None, acc.name
+        peak = tflops * 1e12
         assert roofline.is_memory_bound(ai, peak, acc.bandwidth_bytes_per_s), acc.name
 
 

@@ -5,7 +5,7 @@ from labkit.hardware import machine, microbench, roofline
 
 
 def test_time_fn_synchronizes_around_every_run(monkeypatch):
-    events = []
+    events: list[tuple[str, ...]] = []
     monkeypatch.setattr(machine, "synchronize", lambda device: events.append(("sync", device)))
     times = microbench.time_fn(lambda: events.append(("run",)), device="cuda", warmup=1, repeats=3)
     assert len(times) == 3 and np.all(times >= 0)

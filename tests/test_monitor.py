@@ -12,6 +12,7 @@ import threading
 import time
 import types
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -127,9 +128,14 @@ def new_text(buckets=A, stop=(5.0, 2.0)) -> str:
         f'engine="1",finished_reason="stop",model_name="smollm2"}} {stop[1]}')
 
 
+class CannedServer(http.server.ThreadingHTTPServer):
+    bodies: list[str]
+    hits: int
+
+
 class Canned(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
-        srv = self.server
+        srv = cast(CannedServer, self.server)
         if self.path != "/metrics":
             self.send_error(404)
             return
@@ -152,7 +158,7 @@ def serve():
     started = []
 
     def start(*bodies):
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Canned)
+        srv = CannedServer(("127.0.0.1", 0), Canned)
         srv.bodies, srv.hits, srv.daemon_threads = list(bodies), 0, True
         threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
         started.append(srv)
@@ -385,7 +391,8 @@ def test_histogram_delta_isolates_a_load_test():
 
 
 def rec(t_sent, t_end, status="ok", code=200, ttft=0.1, n=4, prompt=10):
-    chunks = [(ttft + 0.05 * i, 1) for i in range(n)] if status == "ok" else []
+    chunks: list[tuple[float, int | None]] = [(ttft + 0.05 * i, 1) for i in range(n)] if status == "ok" \
+        else []
     return RequestRecord(status=status, http_status=code, t_sent=t_sent, t_end=t_end, chunks=chunks,
                          output_tokens=n if status == "ok" else None, prompt_tokens=prompt)
 

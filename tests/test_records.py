@@ -3,6 +3,7 @@ reads back and writes out byte for byte, a run's file agrees with its in-memory 
 lines say what is wrong."""
 
 import json
+from typing import cast
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_a_line_becomes_typed_fields():
     ollama = RequestRecord.from_json(OLLAMA_LINE)
     assert ollama.server is not None and ollama.server["eval_tokens_per_s"] == 8.0
     refused = RequestRecord.from_json(REFUSED_LINE)
-    assert refused.status == "http_error" and "injected" in refused.error and refused.queue_s == 0.125
+    assert refused.status == "http_error" and "injected" in (refused.error or "") and refused.queue_s == 0.125
 
 
 def test_to_json_shifts_times_cuts_text_and_keeps_memory_only_fields_out():
@@ -81,7 +82,7 @@ def test_a_runs_jsonl_agrees_with_its_records(srv, tmp_path):
     lines = (tmp_path / "c2.jsonl").read_text().splitlines()
     read = [RequestRecord.from_json(x) for x in lines]
     assert [r.phase for r in read] == ["warmup"] + ["run"] * 5
-    run = sorted((r for r in read if r.phase == "run"), key=lambda r: r.id)
+    run = sorted((r for r in read if r.phase == "run"), key=lambda r: cast(int, r.id))
     for mem, disk in zip(s["requests"], run, strict=True):
         assert (disk.id, disk.status, disk.output_tokens, disk.chunks) == (mem.id, mem.status,
                                                                            mem.output_tokens, mem.chunks)

@@ -105,6 +105,7 @@ def test_a_run_records_the_modules_and_data_files_it_used(tmp_path, monkeypatch)
         f.read()
     results.record("setup", "x", 1.0)
     data = results.load("setup")
+    assert data is not None
     assert "data/prices.json" in data["sources"] and "labkit/results.py" in data["sources"]
     assert data["digest"] == digest("setup", data["sources"])
 

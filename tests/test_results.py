@@ -3,6 +3,7 @@ process (a new run replaces the old values), numpy and torch scalars, strict JSO
 
 import json
 import subprocess
+from typing import Any
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def test_chapters_keep_separate_files(folder):
     results.record("setup", "x", 1)
     results.record("beyond", "y", 2)
     assert sorted(p.name for p in folder.iterdir()) == ["beyond.json", "setup.json"]
-    assert results.load("setup")["values"]["x"]["value"] == 1 and results.load("concepts") is None
+    assert (results.load("setup") or {})["values"]["x"]["value"] == 1 and results.load("concepts") is None
 
 
 def test_numpy_and_torch_scalars_become_plain_json(folder):
@@ -109,7 +110,7 @@ def test_results_dir_follows_the_variable(monkeypatch, tmp_path):
 
 
 def test_machine_line_names_the_stable_fields():
-    info = {"device": "cuda", "torch": "2.13.0", "python": "3.11.7", "os": "Linux 6.1",
+    info: dict[str, Any] = {"device": "cuda", "torch": "2.13.0", "python": "3.11.7", "os": "Linux 6.1",
             "accelerator": {"name": "NVIDIA H100", "memory_bytes": 80 * 2**30, "compute_capability": "9.0",
                             "count": 1},
             "cpu": {"name": "Xeon", "arch": "x86_64", "physical_cores": 8, "logical_cores": 16,

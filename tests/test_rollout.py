@@ -4,6 +4,7 @@ failure limit, the evidence pause), exposure over a fixed horizon, independent s
 determinism and bad input."""
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from labkit.production import canary, rollout
 from labkit.results import load
 
 STRATEGIES = {"blue-green": dict(strategy="blue_green"), "canary": dict(strategy="canary")}
-BUSY = dict(replicas=20, rps=20.0, service_s=4.0, slots_per_replica=8, cold_start_s=120)
+BUSY: dict[str, Any] = dict(replicas=20, rps=20.0, service_s=4.0, slots_per_replica=8, cold_start_s=120)
 
 
 def test_good_rollouts_bill_two_full_sets_at_their_peak():
@@ -45,7 +46,7 @@ def test_a_bad_version_is_rolled_back_after_two_failed_windows():
 
 def test_too_little_traffic_is_never_judged_and_the_paused_canary_is_promoted():
     # 5%, 25% and 50% of 0.5 requests/s never bring MIN_REQUESTS answers into one window
-    slow = dict(BUSY, replicas=4, rps=0.5, service_s=10.0)
+    slow: dict[str, Any] = dict(BUSY, replicas=4, rps=0.5, service_s=10.0)
     can = rollout.rollout("canary", **slow, error_rate=0.5)
     assert can["outcome"] == "promoted" and can["promoted_bad"] and can["pauses"] == 3
     assert can["duration_s"] == 3 * 120 + 3 * (600 + rollout.PERSON_S) + rollout.SCALE_DOWN_DELAY_S
@@ -79,7 +80,7 @@ def test_a_window_under_the_minimum_of_answers_is_not_judged(monkeypatch):
 
 
 def test_over_seeds_gives_each_strategy_its_own_stream():
-    kw = dict(replicas=4, rps=1.0, service_s=5.0, slots_per_replica=8)
+    kw: dict[str, Any] = dict(replicas=4, rps=1.0, service_s=5.0, slots_per_replica=8)
     runs = rollout.over_seeds({"a": dict(strategy="canary"), "b": dict(strategy="canary")}, range(3), **kw)
     assert [len(v) for v in runs.values()] == [3, 3]
     assert [r["requests"] for r in runs["a"]] != [r["requests"] for r in runs["b"]]
@@ -100,7 +101,7 @@ def test_compare_records_the_worst_size():
                            cold_start_s=120)
     assert [(r["replicas"], r["rollout"]) for r in rows] == [
         (4, "blue-green"), (4, "canary"), (40, "blue-green"), (40, "canary")]
-    values = load("production")["values"]
+    values = (load("production") or {})["values"]
     per_size = [values[f"canary_over_bluegreen_exposed_{n}r"]["value"] for n in (4, 40)]
     assert values["canary_over_bluegreen_exposed"]["value"] == max(per_size)
     assert per_size[1] < 1 < per_size[0]      # 40 replicas judge the 5% step; 4 never judge it
@@ -109,7 +110,8 @@ def test_compare_records_the_worst_size():
 
 
 def test_rollout_bad_arguments():
-    kw = dict(replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8)
+    kw: dict[str, Any] = dict(replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8)
+    bad: dict[str, Any]
     for bad in (dict(strategy="big_bang"), dict(replicas=0), dict(rps=0), dict(splits=(0.5, 0.25, 1.0)),
                 dict(splits=(0.1, 0.5)), dict(step_s=0), dict(react_s=-1), dict(person_s=-1),
                 dict(error_rate=0), dict(error_rate=1.5), dict(base_error_rate=1.0),

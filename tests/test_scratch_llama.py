@@ -1,5 +1,7 @@
 """From-scratch forward pass vs transformers (labkit.llm.scratch_llama, chapter 03)."""
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -25,7 +27,7 @@ def _check_against(model, w, cfg, ids, atol):
     with torch.no_grad():
         ref = model(ids).logits
         full = sl.forward(w, cfg, ids)
-        cache = []
+        cache: list[Any] = []
         steps = [sl.forward(w, cfg, ids[:, :3], cache)]
         steps += [sl.forward(w, cfg, ids[:, i:i + 1], cache) for i in range(3, ids.shape[1])]
     assert (full - ref).abs().max() <= atol
@@ -55,12 +57,12 @@ def test_decode_step_seconds_reuses_a_cropped_cache(tmp_path, tiny_llama):
     _tiny(tmp_path, "llama", tiny_llama)
     w, cfg = sl.load(tmp_path)
     tokens = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(2))
-    long_cache = []
+    long_cache: list[Any] = []
     sl.forward(w, cfg, tokens[:, :10], long_cache)
     short = sl.crop(long_cache, 4)
     assert sl.cache_len(short) == 4 and sl.cache_len(long_cache) == 10
     with torch.no_grad():  # a cropped cache continues exactly like a fresh one
-        fresh = []
+        fresh: list[Any] = []
         sl.forward(w, cfg, tokens[:, :4], fresh)
         nxt = tokens[:, 4:5]
         assert torch.allclose(sl.forward(w, cfg, nxt, short), sl.forward(w, cfg, nxt, fresh), atol=1e-5)

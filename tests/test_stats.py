@@ -85,13 +85,13 @@ def test_paired_bootstrap_is_exact_for_a_constant_shift_and_wider_by_cluster():
     from labkit.stats import paired_bootstrap
 
     a = np.arange(20.0)
-    r = paired_bootstrap(a, a + 2)
+    r = paired_bootstrap(a.tolist(), (a + 2).tolist())
     assert all(abs(r[k] - 2.0) < 1e-9 for k in ("value", "lo", "hi")) and r["n"] == 20
     rng = np.random.default_rng(1)
     x = rng.normal(size=40)
     y = x + rng.normal(0.5, 1.0, size=40) + np.repeat(rng.normal(0, 2, size=8), 5)  # clustered by 5
-    free = paired_bootstrap(x, y)
-    clustered = paired_bootstrap(x, y, groups=np.repeat(np.arange(8), 5))
+    free = paired_bootstrap(x.tolist(), y.tolist())
+    clustered = paired_bootstrap(x.tolist(), y.tolist(), groups=np.repeat(np.arange(8), 5).tolist())
     assert clustered["n"] == 8 and clustered["hi"] - clustered["lo"] > free["hi"] - free["lo"]
     assert paired_bootstrap([2.0, 4.0], [1.0, 2.0], stat="ratio")["value"] == 0.5
     with pytest.raises(ValueError):

@@ -178,6 +178,7 @@ SHAPES = {
 @pytest.mark.parametrize("case", list(SHAPES))
 def test_stream_shape_end_to_end(scripted, case):
     script, expected, counts = SHAPES[case]
+    assert isinstance(expected, dict)
     r = measure(scripted, script)
     assert {k: getattr(r, k) for k in expected} == expected, (r.status, r.error)
     assert [k for _, k in r.chunks] == counts

@@ -75,8 +75,8 @@ def test_the_checker_catches_a_renamed_heading_and_a_missing_notebook():
     assert citations(row) == [("04_gpu_hardware.ipynb", "The decode ceiling"),
                               ("04_gpu_hardware.ipynb", "The roofline, renamed")]
     assert check("04_gpu_hardware.ipynb", "The decode ceiling") is None
-    assert "no heading" in check("04_gpu_hardware.ipynb", "The roofline, renamed")
-    assert "does not exist" in check("09_missing.ipynb", "Anything")
+    assert "no heading" in (check("04_gpu_hardware.ipynb", "The roofline, renamed") or "")
+    assert "does not exist" in (check("09_missing.ipynb", "Anything") or "")
 
 
 def test_chapter_01_open_weights_table_points_at_real_sections():

@@ -1,6 +1,8 @@
 """labkit.media.video: tokens per clip, FLOPs per pass and denoiser passes against hand-computed values
 (chapter 07)."""
 
+from typing import Any, cast
+
 import pytest
 
 from labkit.media import video
@@ -47,7 +49,7 @@ def test_denoiser_passes_double_with_guidance():
 
 
 def test_a_720p_clip_is_attention_bound_and_far_above_an_h100s_ridge():
-    row = video.clip_row(WAN, **video.WAN_720P)
+    row: dict[str, Any] = video.clip_row(WAN, **cast(dict[str, Any], video.WAN_720P))
     assert row["attention_vs_frame"] == pytest.approx(21**2)  # 21x the tokens, 441x the self-attention
     assert row["passes"] == 100 and row["clip_flops"] == pytest.approx(100 * row["flops"])
     # by hand: linear 2*75600*(6*5120^2 + 2*5120*13824)*40 + text, attention 4*75600*(75600+512)*5120*40

@@ -10,13 +10,14 @@ import math
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
 from labkit.engines import vllm
 from labkit.engines import vllm_bench as vb
 
-ARGS = dict(base_url="http://127.0.0.1:8000/", model="/models/smollm2", served_name="smollm2",
+ARGS: dict[str, Any] = dict(base_url="http://127.0.0.1:8000/", model="/models/smollm2", served_name="smollm2",
             dataset="/tmp/p.json", num_prompts=12, max_tokens=32, concurrency=2)
 
 

@@ -49,16 +49,16 @@ def main() -> int:
         for r in range(a.rounds):
             b = llamacpp.bench(threads=threads, prompt=0, gen=a.max_tokens, reps=2)
             s = loadgen.run(server.url, spec, client, progress=False, check=(r == 0))
-            ok = [x for x in s["requests"] if x.status == "ok"]
+            ok = [x for x in s.requests if x.status == "ok"]
             tokens = [x.output_tokens for x in ok]
             if len(ok) != a.requests or any(n != a.max_tokens for n in tokens):
-                raise RuntimeError(f"round {r + 1}: {s['status_counts']}, output tokens {tokens}")
+                raise RuntimeError(f"round {r + 1}: {s.status_counts}, output tokens {tokens}")
             records += ok
             e2e = median_interval([request_metrics(x)["output_tokens_per_s"] for x in ok])["median"]
-            rounds.append({"bench_tps": b["gen_tps"], "client_tps": s["median_tps"], "e2e_tps": e2e,
-                           "ttft_ms": s["median_ttft_ms"]})
+            rounds.append({"bench_tps": b["gen_tps"], "client_tps": s.median_tps, "e2e_tps": e2e,
+                           "ttft_ms": s.ttft.median})
             print(f"round {r + 1}: llama-bench {b['gen_tps']:6.1f} tok/s; labkit 1/TPOT "
-                  f"{s['median_tps']:6.1f} tok/s, tokens/E2E {e2e:6.1f}, TTFT {s['median_ttft_ms']:5.1f} ms",
+                  f"{s.median_tps:6.1f} tok/s, tokens/E2E {e2e:6.1f}, TTFT {s.ttft.median:5.1f} ms",
                   flush=True)
     finally:
         process.stop(server)

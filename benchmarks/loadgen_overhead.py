@@ -112,8 +112,8 @@ def main() -> None:
                         continue
                     s = loadgen.run(url, LoadSpec(n, c, max_tokens=tokens, prompts=[PROMPT]), FAKE,
                                     progress=False)
-                    ours.append(s["output_throughput"])
-                    ok += s["completed"]
+                    ours.append(s.output_throughput)
+                    ok += s.completed
             row = {"concurrency": c, "requests": n, "tokens_per_request": tokens, "bytes_per_stream": size,
                    "repeats": a.repeats, "labkit_tok_s": statistics.median(ours),
                    "bare_httpx_tok_s": statistics.median(bares),
@@ -126,8 +126,8 @@ def main() -> None:
         for c in levels:
             n = max(8, 2 * c) if a.quick else max(20, 4 * c)
             s = loadgen.run(url, LoadSpec(n, c, max_tokens=2, prompts=[PROMPT]), FAKE, progress=False)
-            result["latency"].append({"what": "TTFT, instant server", "concurrency": c, "n": s["n_ttft"],
-                                      "p50_ms": s["p50_ttft_ms"], "p99_ms": s["p99_ttft_ms"]})
+            result["latency"].append({"what": "TTFT, instant server", "concurrency": c, "n": s.ttft.n,
+                                      "p50_ms": s.ttft.p50, "p99_ms": s.ttft.p99})
     finally:
         proc.terminate()
         proc.wait(10)
@@ -139,8 +139,8 @@ def main() -> None:
             n = max(4, c) if a.quick else max(8, 2 * c)
             s = loadgen.run(url, LoadSpec(n, c, max_tokens=16, prompts=[PROMPT]), FAKE, progress=False)
             result["latency"].append({"what": f"ITL - {step:g} ms, paced server", "concurrency": c,
-                                      "n": s["n_itl"], "p50_ms": s["p50_itl_ms"] - step,
-                                      "p99_ms": s["p99_itl_ms"] - step})
+                                      "n": s.itl.n, "p50_ms": s.itl.p50 - step,
+                                      "p99_ms": s.itl.p99 - step})
     finally:
         proc.terminate()
         proc.wait(10)

@@ -53,9 +53,8 @@ SAME = ("completed", "total_input_tokens", "total_output_tokens")
 def labkit_run(url: str, spec: LoadSpec, client: ClientSpec) -> dict:
     """labkit's summary of one run, with the server's token totals as vLLM's JSON names them."""
     s = loadgen.run(url, spec, client, progress=False)
-    recs = s.pop("requests")
-    return s | {"total_input_tokens": sum(r.prompt_tokens or 0 for r in recs),
-                "total_output_tokens": sum(r.output_tokens or 0 for r in recs)}
+    return s.vllm_names() | {"total_input_tokens": sum(r.prompt_tokens or 0 for r in s.requests),
+                             "total_output_tokens": sum(r.output_tokens or 0 for r in s.requests)}
 
 
 def main() -> int:
@@ -90,7 +89,7 @@ def main() -> int:
         # Untimed: every prompt once, 2 tokens, so no client times the first prefill of a prompt length.
         warm = loadgen.run(server.url, replace(spec, max_tokens=2, warmup=0), client, progress=False)
         text = {p["id"]: p["prompt"] for p in prompts}
-        order = [text[r.prompt_id] for r in warm["requests"]]
+        order = [text[r.prompt_id] for r in warm.requests]
         dataset = vb.write_sharegpt_dataset(order, out / "prompts.json")
         for k in range(a.rounds):
             for who in ("labkit", "vllm") if k % 2 == 0 else ("vllm", "labkit"):

@@ -245,11 +245,11 @@ def _bench(a: argparse.Namespace) -> int:
             print(f"interrupted: the requests that finished are in {a.out}/*.jsonl", file=sys.stderr)
             return 130
     for s in runs:
-        print(format_report(s, title=f"== {s['label']} ({s['backend']})"))
-        print(f"files        {s.get('jsonl')}  {s.get('summary_json')}\n")
+        print(format_report(s, title=f"== {s.label} ({s.backend})"))
+        print(f"files        {s.jsonl}  {s.summary_json}\n")
     if len(runs) > 1:
         print(format_rows(knee_table(runs)))
-    return 0 if all(s["accounted"] for s in runs) else 1
+    return 0 if all(s.accounted for s in runs) else 1
 
 
 def _gpu_check(args: argparse.Namespace) -> int:

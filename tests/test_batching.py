@@ -2,9 +2,11 @@
 and synthetic files: the mechanics, not a model's numbers."""
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from summaries import fake_summary
 
 from labkit.engines.fakeserver import fake_server
 from labkit.production import batching as B
@@ -30,15 +32,15 @@ def test_static_gate_waits_for_the_whole_group_and_continuous_does_not():
     with fake_server(step_s=0.004) as srv:
         st = B.static_gate(srv.url, "fake", reqs, batch=4)
         co = B.continuous(srv.url, "fake", reqs, batch=4)
-    assert st["completed"] == co["completed"] == 8 and st["failed"] == co["failed"] == 0
-    first, second = st["requests"][:4], st["requests"][4:]
-    assert min(r.t_sent for r in second) >= max(r.t_end for r in first)  # a gate, not a pool
-    assert st["total_output_tokens"] == co["total_output_tokens"] == sum(r["max_tokens"] for r in reqs)
+    assert st.completed == co.completed == 8 and st.failed == co.failed == 0
+    first, second = st.requests[:4], st.requests[4:]
+    assert min(r.t_sent for r in second) >= max(r.t_end or 0.0 for r in first)  # a gate, not a pool
+    assert st.total_output_tokens == co.total_output_tokens == sum(r["max_tokens"] for r in reqs)
     # the long request of group 1 holds group 2 back; continuous refills the three short slots at once
-    assert co["duration"] < st["duration"]
-    assert co["output_throughput"] > st["output_throughput"]
+    assert co.duration_s < st.duration_s
+    assert co.output_throughput > st.output_throughput
     for s in (st, co):
-        assert s["p99_queued_e2e_ms"] >= s["p99_e2el_ms"] * 0.99
+        assert s.summary is not None and s.p99_queued_e2e_ms >= s.summary.e2el.p99 * 0.99
 
 
 def test_batch_must_be_positive():
@@ -47,9 +49,9 @@ def test_batch_must_be_positive():
 
 
 def test_step_costs_from_summaries():
-    single = {"completed": 2, "total_input_tokens": 200, "median_ttft_ms": 50.0, "concurrency": 1,
-              "median_itl_ms": 20.0}
-    four = {"concurrency": 4, "median_itl_ms": 32.0}
+    single = fake_summary(completed=2, total_input_tokens=200, ttft_median=50.0, concurrency=1,
+                          itl_median=20.0)
+    four = fake_summary(concurrency=4, itl_median=32.0)
     c = B.step_costs(single, [four])
     assert c["prefill_points"] == [(100.0, pytest.approx(0.03))]  # TTFT less the first token's step
     assert c["decode_points"] == [(1, 0.02), (4, 0.032)]
@@ -58,14 +60,14 @@ def test_step_costs_from_summaries():
     cost = fit_step_cost(c["prefill_points"], c["decode_points"])
     assert cost.prefill_s_per_token == pytest.approx(3e-4) and cost.decode_step_s(4) == pytest.approx(0.032)
     with pytest.raises(ValueError, match="prompt tokens"):
-        B.step_costs(single | {"total_input_tokens": 0}, [])
+        B.step_costs(replace(single, total_input_tokens=0), [])
 
 
 def test_step_costs_take_the_fastest_or_the_median_of_repeated_runs():
     """Calibration runs slowed by background load (the second here) do not set the fastest costs."""
-    ones = [{"completed": 3, "total_input_tokens": 300, "median_ttft_ms": t, "concurrency": 1,
-             "median_itl_ms": i} for t, i in ((70.0, 40.0), (160.0, 60.0), (72.0, 42.0))]
-    fours = [{"concurrency": 4, "median_itl_ms": m} for m in (48.0, 68.0, 50.0)]
+    ones = [fake_summary(completed=3, total_input_tokens=300, ttft_median=t, concurrency=1, itl_median=i)
+            for t, i in ((70.0, 40.0), (160.0, 60.0), (72.0, 42.0))]
+    fours = [fake_summary(concurrency=4, itl_median=m) for m in (48.0, 68.0, 50.0)]
     c = B.step_costs(ones, fours)
     assert c["prefill_points"] == [(100.0, pytest.approx(0.030))]
     assert c["decode_points"] == [(1, pytest.approx(0.040)), (4, pytest.approx(0.048))]
@@ -84,26 +86,27 @@ def test_paired_rounds_judge_each_round_by_its_own_calibration():
     from labkit.serving.records import RequestRecord
 
     def cal(step_ms):
-        one = {"completed": 3, "total_input_tokens": 30, "median_ttft_ms": 2 * step_ms, "concurrency": 1,
-               "median_itl_ms": step_ms}
-        return [one, *({"concurrency": c, "median_itl_ms": step_ms} for c in (4, 8))]
+        one = fake_summary(completed=3, total_input_tokens=30, ttft_median=2 * step_ms, concurrency=1,
+                           itl_median=step_ms)
+        return [one, *(fake_summary(concurrency=c, itl_median=step_ms) for c in (4, 8))]
 
     work = [{"id": f"w{i}", "max_tokens": 10} for i in range(8)]
     recs = [RequestRecord(prompt_id=f"w{i}", prompt_tokens=10) for i in range(8)]
 
     def cont(step_ms):   # 8 requests of 10 tokens at once: a prefill (a step's time) and 10 steps
-        return {"output_throughput": 80 / (11 * step_ms / 1000), "requests": recs}
+        return B.BatchRun("continuous", 8, 8, 0, 1.0, 80 / (11 * step_ms / 1000), 80, 0.0, 0.0,
+                          summary=fake_summary(requests=tuple(recs)))
 
-    fast, slow = ({"calibration": cal(ms), "continuous": cont(ms)} for ms in (40.0, 60.0))
+    fast, slow = (B.Round(cal(ms), cont(ms)) for ms in (40.0, 60.0))
     errors = [r["error"] for r in B.paired_rounds([fast, slow], work, batch=8)]
     assert errors[0] == pytest.approx(errors[1], abs=0.02)
     assert "sim_gain" not in B.paired_rounds([fast], work, 8)[0]
-    mixed_round = {"calibration": fast["calibration"], "continuous": slow["continuous"]}
+    mixed_round = B.Round(fast.calibration, slow.continuous)
     (mixed,) = B.paired_rounds([mixed_round], work, 8)
     assert mixed["error"] == pytest.approx(errors[1] + 0.5 * (1 + errors[1]), abs=0.02)
     # a static run in the round: the measured gain is that round's continuous over its own static run
-    static = {"output_throughput": cont(60.0)["output_throughput"] / 2}
-    (paired,) = B.paired_rounds([slow | {"static": static}], work, 8)
+    static = replace(cont(60.0), policy="static", output_throughput=cont(60.0).output_throughput / 2)
+    (paired,) = B.paired_rounds([replace(slow, static=static)], work, 8)
     assert paired["measured_gain"] == pytest.approx(2.0)
     assert paired["sim_gain"] == pytest.approx(1.0, abs=0.05)
 
@@ -149,11 +152,11 @@ def test_python_cold_start_phases_from_the_child(monkeypatch):
 def test_calibration_runs_feed_step_costs_and_the_chapter_readers():
     with fake_server(step_s=0.004) as srv:
         c1, c4 = B.calibration_runs(srv.url, "fake")
-        assert [c["concurrency"] for c in B.calibration_runs(srv.url, "fake", batch=6)] == [1, 4, 6]
+        assert [c.concurrency for c in B.calibration_runs(srv.url, "fake", batch=6)] == [1, 4, 6]
         cont = B.continuous(srv.url, "fake", [{"id": f"w{i}", "prompt": "p" * (i + 1), "max_tokens": 3}
                                               for i in range(6)], batch=3)
-    assert (c1["concurrency"], c1["completed"], c4["concurrency"], c4["completed"]) == (1, 3, 4, 8)
-    assert c1["total_output_tokens"] == 3 * 24 and c4["total_output_tokens"] == 8 * 16
+    assert (c1.concurrency, c1.completed, c4.concurrency, c4.completed) == (1, 3, 4, 8)
+    assert c1.total_output_tokens == 3 * 24 and c4.total_output_tokens == 8 * 16
     costs = B.step_costs(c1, [c4])
     assert [b for b, _ in costs["decode_points"]] == [1, 4] and costs["prefill_points"][0][0] > 0
     held = B.slot_seconds(cont)
@@ -164,7 +167,7 @@ def test_calibration_runs_feed_step_costs_and_the_chapter_readers():
     assert row["policy"] == "continuous" and row["completed"] == 6 and row["output_tok_s"] > 0
     assert row["p50_e2e_s"] <= row["p99_e2e_s"] and B.table_row(cont, "renamed")["policy"] == "renamed"
     with pytest.raises(ValueError, match="no request"):
-        B.slot_seconds({"requests": []})
+        B.slot_seconds(fake_summary())
 
 
 def test_cold_start_breakdown_plot():
@@ -202,11 +205,14 @@ def test_alternating_runs_interleave_calibration_and_the_measured_run():
             B.alternating_runs(srv.url, "fake", work, batch=2, rounds=0)
     assert len(rounds) == 2 and Watch.entered == 1
     for r in rounds:
-        assert [s["concurrency"] for s in r["calibration"]] == [1, 4, 6]
-        assert r["continuous"]["policy"] == "continuous" and r["continuous"]["completed"] == 4
+        assert r.static is not None
+        assert [s.concurrency for s in r.calibration] == [1, 4, 6]
+        assert r.continuous.policy == "continuous" and r.continuous.completed == 4
         # each continuous run starts after its round's calibration ended, in order
-        assert r["static"]["policy"] == "static" and r["static"]["completed"] == 4
-        sent = [[q.t_sent for q in s["requests"]] for s in [*r["calibration"], r["continuous"], r["static"]]]
+        assert r.static.policy == "static" and r.static.completed == 4
+        runs: list[B.RunSummary | B.BatchRun] = [*r.calibration, r.continuous, r.static]
+        sent = [[q.t_sent for q in s.requests] for s in runs]
         assert all(max(a) < min(b) for a, b in zip(sent[:-1], sent[1:], strict=True))
-    assert max(q.t_sent for q in rounds[0]["static"]["requests"]) < min(
-        q.t_sent for q in rounds[1]["calibration"][0]["requests"])
+    assert rounds[0].static is not None
+    assert max(q.t_sent for q in rounds[0].static.requests) < min(
+        q.t_sent for q in rounds[1].calibration[0].requests)

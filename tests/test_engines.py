@@ -1,11 +1,13 @@
 import platform
 
 import pytest
+from summaries import fake_summary
 
 from labkit.engines import compare as engines
 from labkit.engines import engine_runs as er
 from labkit.engines import format_vs_engine as fve
 from labkit.engines import vllm
+from labkit.serving.metrics import RunSummary
 from labkit.table import format_rows
 
 
@@ -29,12 +31,12 @@ def test_measure_server_against_a_batching_fake_server(srv):
     runs = engines.measure_server(srv.url, "fake", concurrencies=(1, 8), n_requests={1: 2, 8: 8},
                                   max_tokens=8)
     assert set(runs) == {1, 8}
-    assert runs[1]["completed"] == 2 and runs[8]["completed"] == 8
-    assert runs[8]["output_throughput"] > 2 * runs[1]["output_throughput"]
+    assert runs[1].completed == 2 and runs[8].completed == 8
+    assert runs[8].output_throughput > 2 * runs[1].output_throughput
     rows = engines.compare({"fake, concurrency 1": runs[1], "fake, concurrency 8": runs[8]})
     assert [r["concurrency"] for r in rows] == [1, 8]
-    assert rows[1]["aggregate_tps"] == runs[8]["output_throughput"]
-    assert rows[0]["single_stream_tps"] == runs[1]["median_tps"]
+    assert rows[1]["aggregate_tps"] == runs[8].output_throughput
+    assert rows[0]["single_stream_tps"] == runs[1].median_tps
     table = format_rows(rows)
     assert "fake, concurrency 8" in table and len(table.splitlines()) == 3
 
@@ -56,16 +58,16 @@ def test_measure_transformers_sequential_with_the_bundled_model():
     set_threads()  # on 2 shared cores torch's default thread count is many times slower
     model, tok = load_llm(dtype="bfloat16", device="cpu")
     s = engines.measure_transformers(model, tok, n_requests=2, max_tokens=4)
-    assert s["completed"] == 2 and s["total_output_tokens"] == 8
-    assert s["concurrency"] == 1 and s["mean_tps"] > 0
+    assert s.completed == 2 and s.total_output_tokens == 8
+    assert s.concurrency == 1 and s.mean_tps > 0
 
 
 # --- three engines on the same requests (chapter 05) ---------------------------------------------
 
 
-def _run(tpot_ms: float, throughput: float, ttft_ms: float = 100.0) -> dict:
-    return {"median_tpot_ms": tpot_ms, "median_tps": 1000 / tpot_ms, "output_throughput": throughput,
-            "median_ttft_ms": ttft_ms, "completed": 4}
+def _run(tpot_ms: float, throughput: float, ttft_ms: float = 100.0) -> RunSummary:
+    return fake_summary(tpot_median=tpot_ms, median_tps=1000 / tpot_ms, output_throughput=throughput,
+                        ttft_median=ttft_ms, completed=4)
 
 
 def test_step_anatomy_known_answer():
@@ -162,7 +164,7 @@ def test_measure_engine_against_your_server(srv, monkeypatch):
     e = er.measure_engine("vllm", engines.short_prompts(4), max_tokens=6, in_flight=(1, 4),
                                n_requests={1: 2, 4: 4})
     assert e.kind == "external" and e.memory_bytes is None and e.weight_bytes is None
-    assert e.runs[1]["completed"] == 2 and e.runs[4]["completed"] == 4
+    assert e.runs[1].completed == 2 and e.runs[4].completed == 4
     t = er.tpot_range_ms(e.runs[4])
     assert t["n"] == 4 and t["lo"] <= t["median"] <= t["hi"]
 
@@ -177,7 +179,7 @@ def test_measure_engine_serves_the_gguf_with_llamacpp():
     e = er.measure_engine("llamacpp", engines.short_prompts(2), max_tokens=6, in_flight=(1, 2),
                                n_requests={1: 1, 2: 2}, threads=1)
     assert e.kind == "llamacpp" and e.weights == "Q4_1 GGUF" and e.threads.startswith("1 ")
-    assert e.runs[2]["completed"] == 2 and e.memory_bytes is not None and e.weight_bytes is not None
+    assert e.runs[2].completed == 2 and e.memory_bytes is not None and e.weight_bytes is not None
     assert 90e6 < e.weight_bytes < 100e6 < e.memory_bytes  # the GGUF's tensors, then weights + KV + runtime
 
 
@@ -200,11 +202,11 @@ def test_paired_rounds_alternate_the_engines_and_keep_both_up(monkeypatch):
 
     def measure(url, model, concurrencies, n_requests, prompts, max_tokens):
         order.append(model)
-        return {1: {"completed": n_requests[1], "tpot": 10.0 if model == "vllm" else 4.0}}
+        return {1: fake_summary(completed=n_requests[1], tpot_median=10.0 if model == "vllm" else 4.0)}
 
     monkeypatch.setattr(server, "measured_server", stand_in)
     monkeypatch.setattr(er, "measure_server", measure)
-    monkeypatch.setattr(er, "tpot_range_ms", lambda run: {"median": run["tpot"]})
+    monkeypatch.setattr(er, "tpot_range_ms", lambda run: {"median": run.tpot.median})
     out = er.paired_decode_rounds(["hi"], rounds=4, requests=2)
     assert started == ["vllm", "llamacpp"]
     assert order == ["vllm", "llamacpp", "llamacpp", "vllm"] * 2

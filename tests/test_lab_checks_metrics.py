@@ -25,13 +25,13 @@ def _vllm_figures(url: str) -> dict:
     """The notebook's two figures: client means minus the server's own means of the same requests."""
     s = loadgen.run(url, LoadSpec(4, concurrency=1, max_tokens=TOKENS, warmup=0),
                     ClientSpec(model="fake", ignore_eos=True), progress=False)
-    n = s["completed"]
+    n = s.completed
     name_ttft, name_e2e = "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"
     after = {f"{name_ttft}_sum": n * PREFILL_S, f"{name_ttft}_count": n,
              f"{name_e2e}_sum": n * (PREFILL_S + (TOKENS - 1) * STEP_S), f"{name_e2e}_count": n}
     server = vllm.server_side_means({}, after)
-    return {"server_kind": "vllm", "client_minus_vllm_ttft_ms": s["mean_ttft_ms"] - server["ttft_s"] * 1e3,
-            "client_minus_vllm_e2e_ms": s["mean_e2el_ms"] - server["e2e_s"] * 1e3}
+    return {"server_kind": "vllm", "client_minus_vllm_ttft_ms": s.ttft.mean - server["ttft_s"] * 1e3,
+            "client_minus_vllm_e2e_ms": s.e2el.mean - server["e2e_s"] * 1e3}
 
 
 def test_client_with_a_blocked_event_loop_fails(srv, monkeypatch):

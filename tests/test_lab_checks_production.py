@@ -24,20 +24,20 @@ DATA = Path(__file__).parent / "data"
 
 
 
-def rounds(n: int = 1) -> list[dict]:
+def rounds(n: int = 1) -> list[batching.Round]:
     with fake_server(**SERVER) as srv:
         return batching.alternating_runs(srv.url, "fake", WORK, BATCH, rounds=n, static=True)
 
 
-def figures(rs: list[dict]) -> dict[str, float]:
+def figures(rs: list[batching.Round]) -> dict[str, float]:
     """The notebook's figures for the checks: the simulator's error and its ratio's error (median
     rounds, each against its own calibration), and the requests not accounted for."""
     paired = batching.paired_rounds(rs, WORK, BATCH)
     sim_gain = float(np.median([r["sim_gain"] for r in paired]))
     measured_gain = float(np.median([r["measured_gain"] for r in paired]))
-    runs = [r[k] for r in rs for k in ("continuous", "static")]
-    lost = sum(len(WORK) - s["completed"] + sum(x.status == "ok" and x.output_tokens != x.max_tokens
-                                                for x in s["requests"]) for s in runs)
+    runs = [run for r in rs for run in (r.continuous, r.static) if run is not None]
+    lost = sum(len(WORK) - s.completed + sum(x.status == "ok" and x.output_tokens != x.max_tokens
+                                                for x in s.requests) for s in runs)
     return {"sim_error_pct": 100 * float(np.median([r["error"] for r in paired])),
             "sim_ratio_error_pct": 100 * (sim_gain / measured_gain - 1),
             "batching_requests_unaccounted": lost}
@@ -57,7 +57,7 @@ def test_the_real_code_holds_every_check(real):
 def test_a_calibration_reading_decode_steps_from_ttft_fails(real, monkeypatch):
     """The decode step taken from the time to first token (prefill included) instead of the
     inter-token latency: the simulator, calibrated on the same runs, predicts a slower server."""
-    broken = mutated(batching.step_costs, ('s["median_itl_ms"] / 1000.0)', 's["median_ttft_ms"] / 1000.0)'))
+    broken = mutated(batching.step_costs, ('s.itl.median / 1000.0)', 's.ttft.median / 1000.0)'))
     monkeypatch.setattr(batching, "step_costs", broken)
     f = figures(real)
     assert outcome("production", "simulator_calibrated", f).held is False, f

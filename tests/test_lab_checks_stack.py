@@ -78,9 +78,9 @@ def test_a_copy_rounded_through_bfloat16_fails():
 
 def _request_counts(runs) -> dict[str, int]:
     """The notebook's figures: requests planned at every level, and those answered in full."""
-    return {"engine_requests_planned": sum(s["n_planned"] for s in runs),
+    return {"engine_requests_planned": sum(s.n_planned for s in runs),
             "engine_requests_full": sum(r.status == "ok" and r.output_tokens == r.max_tokens
-                                        for s in runs for r in s["requests"])}
+                                        for s in runs for r in s.requests)}
 
 
 def test_a_server_that_drops_or_cuts_requests_fails(srv):

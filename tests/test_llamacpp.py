@@ -77,7 +77,7 @@ def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
         assert names == ["smollm2"], names
         s = loadgen.run(t.url, loadspec.LoadSpec(4, 2, max_tokens=8), loadspec.ClientSpec(model="smollm2",
                         ignore_eos=True), progress=False)
-        assert s["completed"] == 4 and all(r.output_tokens == 8 for r in s["requests"])
+        assert s.completed == 4 and all(r.output_tokens == 8 for r in s.requests)
         m = llamacpp.scrape_metrics(t.url)
         assert m["llamacpp:tokens_predicted_total"] >= 32, m
 

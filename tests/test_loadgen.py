@@ -27,15 +27,15 @@ FAKE_SERVER_OPTS = {"step_s": 0.002, "prefill_s": 0.01, "batch_cost_s": 0.001}  
 def test_closed_loop_holds_concurrency_and_accounts(srv, c, tmp_path):
     s = loadgen.run(srv.url, LoadSpec(12, c, max_tokens=5, warmup=1), out=tmp_path, progress=False)
     assert srv.peak_active == c
-    assert s["accounted"] and s["completed"] == 12 and s["failed"] == 0
-    assert s["total_output_tokens"] == 60 and s["n_ttft"] == 12 and s["n_itl"] == 48
-    assert s["mode"] == "closed" and s["concurrency"] == c
+    assert s.accounted and s.completed == 12 and s.failed == 0
+    assert s.total_output_tokens == 60 and s.ttft.n == 12 and s.itl.n == 48
+    assert s.mode == "closed" and s.concurrency == c
     lines = [json.loads(x) for x in open(tmp_path / f"c{c}.jsonl")]
     assert [x["phase"] for x in lines].count("warmup") == 1 and len(lines) == 13
     assert all(x["status"] == "ok" and x["ttft_s"] > 0 for x in lines)
     saved = json.load(open(tmp_path / f"c{c}.json"))
-    assert saved["p99_ttft_ms"] == pytest.approx(s["p99_ttft_ms"]) and "requests" not in saved
-    assert len(s["requests"]) == 12
+    assert saved["p99_ttft_ms"] == pytest.approx(s.ttft.p99) and "requests" not in saved
+    assert len(s.requests) == 12
 
 
 def test_arrivals_are_gamma_with_the_asked_rate_and_burstiness():
@@ -51,9 +51,9 @@ def test_arrivals_are_gamma_with_the_asked_rate_and_burstiness():
 def test_open_loop_caps_in_flight_and_records_queueing(srv):
     srv.opts["step_s"] = 0.01
     s = loadgen.run(srv.url, LoadSpec(16, concurrency=2, rate=200.0, max_tokens=4, warmup=0), progress=False)
-    assert s["mode"] == "open" and s["accounted"] and s["completed"] == 16
+    assert s.mode == "open" and s.accounted and s.completed == 16
     assert srv.peak_active <= 2
-    assert max(r.queue_s for r in s["requests"]) > 0.01  # arrivals waited for the cap
+    assert max(r.queue_s or 0.0 for r in s.requests) > 0.01  # arrivals waited for the cap
 
 
 def test_open_loop_has_no_cap_unless_asked(srv):
@@ -61,10 +61,10 @@ def test_open_loop_has_no_cap_unless_asked(srv):
     flight, arrivals queued for seconds outside TTFT, an overloaded client reported as fast."""
     srv.opts["step_s"] = 0.01
     s = loadgen.run(srv.url, LoadSpec(16, rate=200.0, max_tokens=4, warmup=0), progress=False)
-    assert s["completed"] == 16 and s["concurrency"] is None and srv.peak_active > 2
-    assert max(r.queue_s for r in s["requests"]) < 0.05  # nobody waited for a slot
+    assert s.completed == 16 and s.concurrency is None and srv.peak_active > 2
+    assert max(r.queue_s or 0.0 for r in s.requests) < 0.05  # nobody waited for a slot
     closed = loadgen.run(srv.url, LoadSpec(2, max_tokens=2, warmup=0), progress=False)
-    assert closed["concurrency"] == 1  # closed: 1
+    assert closed.concurrency == 1  # closed: 1
 
 
 def test_open_loop_stops_sending_at_max_duration(srv):
@@ -74,8 +74,8 @@ def test_open_loop_stops_sending_at_max_duration(srv):
     spec = LoadSpec(20, rate=2.0, max_tokens=2, warmup=0, max_duration_s=0.5)
     s = loadgen.run(srv.url, spec, progress=False)
     assert time.perf_counter() - t < 2.0
-    assert s["accounted"] and s["status_counts"]["not_sent"] >= 15
-    assert s["completed"] + s["status_counts"]["not_sent"] == 20
+    assert s.accounted and s.status_counts["not_sent"] >= 15
+    assert s.completed + s.status_counts["not_sent"] == 20
 
 
 @pytest.mark.parametrize(("make", "kwargs", "match"), [
@@ -106,12 +106,12 @@ def test_a_backend_target_takes_no_client_spec_and_sweep_sets_concurrency(srv):
 def test_mid_run_errors_and_deadline_are_accounted(srv):
     srv.opts["fail_every"] = 4
     s = loadgen.run(srv.url, LoadSpec(12, 3, max_tokens=3, warmup=0), progress=False)
-    assert s["status_counts"]["http_error"] == 3 and s["completed"] == 9 and s["accounted"]
-    assert all("injected" in r.error for r in s["requests"] if r.status == "http_error")
+    assert s.status_counts["http_error"] == 3 and s.completed == 9 and s.accounted
+    assert all("injected" in (r.error or "") for r in s.requests if r.status == "http_error")
     srv.opts.update(fail_every=0, step_s=0.05)
     s = loadgen.run(srv.url, LoadSpec(30, 1, max_tokens=3, warmup=0, max_duration_s=0.3), progress=False)
-    assert s["status_counts"]["not_sent"] > 0 and s["accounted"]
-    assert s["completed"] + s["status_counts"]["not_sent"] == 30
+    assert s.status_counts["not_sent"] > 0 and s.accounted
+    assert s.completed + s.status_counts["not_sent"] == 30
 
 
 def test_clear_errors_before_a_run(srv):
@@ -146,10 +146,10 @@ def test_sweep_plots_and_knee_table(srv):
 
     matplotlib.use("Agg")
     runs = loadgen.sweep(srv.url, (1, 2), LoadSpec(4, max_tokens=4), progress=False)
-    assert [s["n_planned"] for s in runs] == [4, 4] and [s["warmup"] for s in runs] == [1, 0]
+    assert [s.n_planned for s in runs] == [4, 4] and [s.warmup for s in runs] == [1, 0]
     per_level = loadgen.sweep(srv.url, (1, 2), LoadSpec(max_tokens=2, warmup=0), n_requests={2: 3},
                               progress=False)
-    assert [s["n_planned"] for s in per_level] == [8, 3]  # default max(8, 2c) where not given
+    assert [s.n_planned for s in per_level] == [8, 3]  # default max(8, 2c) where not given
     rows = loadgen.knee_table(runs)
     assert [r["concurrency"] for r in rows] == [1, 2] and "output_tok_s" in format_rows(rows)
     cdf = plots.plot_ttft_cdf(runs)

@@ -1,9 +1,11 @@
 """Metric definitions against timelines computed by hand (chapter 02)."""
 
+import json
 import math
 
 import numpy as np
 import pytest
+from summaries import fake_summary
 
 from labkit.serving import metrics, records
 from labkit.serving.records import RequestRecord
@@ -49,8 +51,8 @@ def test_one_token_output_has_no_tpot():
     assert m["ttft_s"] == pytest.approx(0.25) and m["e2e_s"] == pytest.approx(0.25)
     assert math.isnan(m["tpot_s"]) and m["itl_s"] == [] and math.isnan(m["tps"])
     s = metrics.summarize([rec([[0.25, 1]], 1)], duration_s=1.0, slo={"ttft_ms": 300, "tpot_ms": 1})
-    assert s["n_tpot"] == 0 and math.isnan(s["mean_tpot_ms"])
-    assert s["request_goodput"] == pytest.approx(1.0)  # no TPOT to violate, as in vLLM
+    assert s.tpot.n == 0 and math.isnan(s.tpot.mean)
+    assert s.request_goodput == pytest.approx(1.0)  # no TPOT to violate, as in vLLM
 
 
 def test_output_tokens_from_usage_override_chunk_sum():
@@ -66,18 +68,22 @@ def test_summary_counts_failures_and_uses_only_completed():
     bad = rec([], None, status="http_error", t_end=0.05)
     broken = rec([[0.2, 1]], 1, status="broken_stream")
     s = metrics.summarize([ok1, ok2, bad, broken], duration_s=2.0)
-    assert s["n_requests"] == 4 and s["completed"] == 2 and s["failed"] == 2
-    assert s["status_counts"]["http_error"] == 1 and s["status_counts"]["broken_stream"] == 1
-    assert s["total_output_tokens"] == 5 and s["total_input_tokens"] == 12
-    assert s["output_throughput"] == pytest.approx(2.5)
-    assert s["request_throughput"] == pytest.approx(1.0)
-    assert s["n_ttft"] == 2 and s["n_itl"] == 3
-    assert s["median_ttft_ms"] == pytest.approx(200.0)
-    assert s["p99_ttft_ms"] == pytest.approx(np.percentile([100, 300], 99))
-    assert s["mean_tpot_ms"] == pytest.approx(np.mean([100, 200]))
-    for key in ("mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p90_ttft_ms",
-                "p99_ttft_ms", "p99_itl_ms", "mean_e2el_ms", "p99_tpot_ms", "total_token_throughput"):
-        assert key in s
+    assert s.n_requests == 4 and s.completed == 2 and s.failed == 2
+    assert s.status_counts["http_error"] == 1 and s.status_counts["broken_stream"] == 1
+    assert s.total_output_tokens == 5 and s.total_input_tokens == 12
+    assert s.output_throughput == pytest.approx(2.5)
+    assert s.request_throughput == pytest.approx(1.0)
+    assert s.ttft.n == 2 and s.itl.n == 3
+    assert s.ttft.median == pytest.approx(200.0)
+    assert s.ttft.p99 == pytest.approx(np.percentile([100, 300], 99))
+    assert s.tpot.mean == pytest.approx(np.mean([100, 200]))
+    named = s.vllm_names()  # by the names vLLM's result file uses
+    assert named["median_ttft_ms"] == s.ttft.median and named["p99_itl_ms"] == s.itl.p99
+    assert named["total_token_throughput"] == s.total_token_throughput and named["completed"] == 2
+    saved = json.loads(json.dumps(s.to_json()))
+    assert saved["p99_ttft_ms"] == s.ttft.p99 and saved["n_itl"] == 3 and "requests" not in saved
+    with pytest.raises(ValueError, match="unknown figure"):
+        s.spread("ttfb")
     text = metrics.format_report(s)
     assert "2 requests" in text and "3 gaps" in text and "http_error 1" in text
     assert "chunk gap ms" in text and "vLLM's ITL is per chunk" in text  # which ITL is which
@@ -86,7 +92,7 @@ def test_summary_counts_failures_and_uses_only_completed():
 def test_summary_duration_defaults_to_first_send_to_last_close():
     a = RequestRecord(status="ok", t_sent=1.0, t_end=2.0, chunks=[(0.5, 1), (1.0, 1)], output_tokens=2)
     b = RequestRecord(status="ok", t_sent=1.5, t_end=4.0, chunks=[(1.0, 1), (2.5, 1)], output_tokens=2)
-    assert metrics.summarize([a, b])["duration"] == pytest.approx(3.0)
+    assert metrics.summarize([a, b]).duration_s == pytest.approx(3.0)
 
 
 def test_goodput_needs_every_limit():
@@ -95,7 +101,7 @@ def test_goodput_needs_every_limit():
     slow_decode = rec([[0.1, 1], [0.6, 1]], 2)
     s = metrics.summarize([fast, slow_start, slow_decode], duration_s=1.0,
                           slo={"ttft_ms": 500, "tpot_ms": 100})
-    assert s["request_goodput"] == pytest.approx(1.0)
+    assert s.request_goodput == pytest.approx(1.0)
     with pytest.raises(ValueError, match="unknown SLO"):
         metrics.summarize([fast], slo={"ttft": 1})
 
@@ -118,7 +124,7 @@ def test_p99_at_least_p50():
     rng = np.random.default_rng(0)
     recs = [rec([[float(t), 1], [float(t) + 0.05, 1]], 2) for t in rng.exponential(0.2, 200)]
     s = metrics.summarize(recs, duration_s=10.0)
-    assert s["p99_ttft_ms"] >= s["p90_ttft_ms"] >= s["p50_ttft_ms"]
+    assert s.ttft.p99 >= s.ttft.p90 >= s.ttft.p50
 
 
 class WordTokenizer:
@@ -173,8 +179,8 @@ def test_goodput_never_passes_an_unknown_tpot():
     one = rec([[0.1, 1]], 1)
     slow = rec([[0.1, 1], [0.9, 1]], 2)
     s = metrics.summarize([unknown, one, slow], duration_s=1.0, slo={"tpot_ms": 100})
-    assert s["request_goodput"] == pytest.approx(1.0)  # only the one-token output
-    assert s["slo_unknown"] == 1 and "1 requests with an unknown figure" in metrics.format_report(s)
+    assert s.request_goodput == pytest.approx(1.0)  # only the one-token output
+    assert s.slo_unknown == 1 and "1 requests with an unknown figure" in metrics.format_report(s)
     assert metrics.meets_slo(metrics.request_metrics(unknown), {"tpot_ms": 1e9}) is None
     assert metrics.meets_slo(metrics.request_metrics(unknown), {"ttft_ms": 500}) is True
 
@@ -256,14 +262,15 @@ def test_load_run_tokens_add_up_per_request_when_chunks_carry_several(srv, tmp_p
 
     srv.opts["tokens_per_chunk"] = 3
     s = loadgen.run(srv.url, LoadSpec(6, 2, max_tokens=8, warmup=0), out=tmp_path, progress=False)
-    assert s["accounted"] and s["completed"] == 6
-    for r in s["requests"]:
-        assert r.output_tokens == 8 == sum(k for _, k in r.chunks) and r.token_source == "usage-continuous"
+    assert s.accounted and s.completed == 6
+    for r in s.requests:
+        assert r.output_tokens == 8 == sum(k or 0 for _, k in r.chunks)
+        assert r.token_source == "usage-continuous"
         assert [k for _, k in r.chunks] == [3, 3, 2]
 
 
 def _level(c, tok_s, p99_ttft_ms):
-    return {"concurrency": c, "output_throughput": tok_s, "p99_ttft_ms": p99_ttft_ms}
+    return fake_summary(concurrency=c, output_throughput=tok_s, ttft_p99=p99_ttft_ms)
 
 
 def test_knee_sentence_finds_where_throughput_stops_rising_or_says_it_did_not():

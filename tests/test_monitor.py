@@ -450,7 +450,7 @@ def test_dashboard_covers_the_watch_list():
     s = summarize([r for r in REQS if r.status != "not_sent"])
     assert d["requests"] == 5 and d["codes"] == {"200": 3, "503": 1, "timeout": 1}
     assert d["code_classes"] == {"2xx": 3, "5xx": 1, "no_answer": 1}
-    assert d["ttft_ms"] == {p: s[f"{p}_ttft_ms"] for p in ("p50", "p90", "p99")}
+    assert d["ttft_ms"] == {"p50": s.ttft.p50, "p90": s.ttft.p90, "p99": s.ttft.p99}
     assert d["ttft_ms"]["p50"] == pytest.approx(200.0) and d["e2e_ms"]["p50"] == pytest.approx(350.0)
     assert d["tpot_ms"]["p50"] == pytest.approx(50.0) and d["tps"] == pytest.approx(20.0)
     assert d["waiting"] == {"mean": 3.0, "max": 6.0} and d["kv_usage_pct"]["max"] == 30.0
@@ -561,8 +561,8 @@ def test_watched_run_on_a_real_llama_server():
     with llamacpp.llamacpp_server(threads=1, parallel=2) as url:
         spec = LoadSpec(n_requests=6, concurrency=3, max_tokens=8, warmup=0, prompts=["Count to three."])
         samples, run = monitor.watched_run(url, llamacpp.SERVED_NAME, spec, interval_s=0.05)
-    assert run["completed"] == 6 and all(s.get("engine") == "llamacpp" for s in samples if "error" not in s)
-    c = monitor.server_vs_client(samples, run["requests"])
+    assert run.completed == 6 and all(s.get("engine") == "llamacpp" for s in samples if "error" not in s)
+    c = monitor.server_vs_client(samples, run.requests)
     assert c["client_tokens"] == 48 and c["ratio"] == 1.0 and c["max_running"] >= 1
-    d = monitor.dashboard(samples, run["requests"])
+    d = monitor.dashboard(samples, run.requests)
     assert monitor.watch_list(d)["queue depth"] and math.isnan(d["kv_usage_pct"]["mean"])

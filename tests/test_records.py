@@ -83,8 +83,8 @@ def test_a_runs_jsonl_agrees_with_its_records(srv, tmp_path):
     read = [RequestRecord.from_json(x) for x in lines]
     assert [r.phase for r in read] == ["warmup"] + ["run"] * 5
     run = sorted((r for r in read if r.phase == "run"), key=lambda r: cast(int, r.id))
-    for mem, disk in zip(s["requests"], run, strict=True):
+    for mem, disk in zip(s.requests, run, strict=True):
         assert (disk.id, disk.status, disk.output_tokens, disk.chunks) == (mem.id, mem.status,
                                                                            mem.output_tokens, mem.chunks)
-        assert disk.t_sent == pytest.approx(mem.t_sent - mem.t_run_start)
+        assert disk.t_sent == pytest.approx(mem.t_sent - (mem.t_run_start or 0.0))
     assert [x.to_json() for x in read] == lines  # what was written reads back and writes out the same

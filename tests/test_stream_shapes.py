@@ -207,7 +207,7 @@ def test_tool_call_stream_keeps_its_timing(scripted):
     """Regression (defect 3): tool-call-only deltas added no chunk, so TTFT/TPOT were NaN."""
     r = measure(scripted, SHAPES["tool_calls deltas"][0])
     m = metrics.request_metrics(r)
-    assert m["ttft_s"] > 0 and m["tpot_s"] >= 0 and metrics.summarize([r])["n_ttft"] == 1
+    assert m["ttft_s"] > 0 and m["tpot_s"] >= 0 and metrics.summarize([r]).ttft.n == 1
 
 
 def test_eos_token_is_timed_where_it_arrived(scripted):

@@ -33,16 +33,16 @@ def vllm_url():
 
 def test_load_test_against_vllm(vllm_url):
     s = loadgen.run(vllm_url, loadspec.LoadSpec(4, 2, max_tokens=12, warmup=1), SERVED, progress=False)
-    assert s["accounted"] and s["completed"] == 4, s["status_counts"]
-    for r in s["requests"]:
+    assert s.accounted and s.completed == 4, s.status_counts
+    for r in s.requests:
         assert r.output_tokens == 12 and r.token_source == "usage-continuous"
-        assert sum(c[1] for c in r.chunks) == 12  # counted from vLLM's usage, per chunk
+        assert sum(c[1] or 0 for c in r.chunks) == 12  # counted from vLLM's usage, per chunk
         assert r.prompt_tokens and r.prompt_tokens > 0
     # one ITL per token after the first chunk's: 11 per request when every chunk carries one token;
     # under load vLLM may put two tokens in a chunk, the first one included
-    first = [next(k for _, k in r.chunks if k) for r in s["requests"]]
-    assert s["p99_ttft_ms"] >= s["p50_ttft_ms"] > 0 and s["n_itl"] == sum(12 - k for k in first)
-    assert s["output_throughput"] > 0
+    first = [next(k for _, k in r.chunks if k) for r in s.requests]
+    assert s.ttft.p99 >= s.ttft.p50 > 0 and s.itl.n == sum(12 - k for k in first)
+    assert s.output_throughput > 0
 
 
 def test_client_timing_against_vllm_server_histograms(vllm_url):
@@ -54,8 +54,8 @@ def test_client_timing_against_vllm_server_histograms(vllm_url):
     s = loadgen.run(vllm_url, loadspec.LoadSpec(4, 1, max_tokens=12, warmup=0), SERVED, progress=False)
     after = vllm.scrape_metrics(vllm_url)
     server = vllm.server_side_means(before, after)
-    assert server["n_ttft_s"] == 4 and server["n_e2e_s"] == 4 and s["completed"] == 4
-    client_ttft, client_e2e = s["mean_ttft_ms"] / 1e3, s["mean_e2el_ms"] / 1e3
+    assert server["n_ttft_s"] == 4 and server["n_e2e_s"] == 4 and s.completed == 4
+    client_ttft, client_e2e = s.ttft.mean / 1e3, s.e2el.mean / 1e3
     d_ttft, d_e2e = client_ttft - server["ttft_s"], client_e2e - server["e2e_s"]
     print(f"\nTTFT client {client_ttft * 1e3:.1f} ms, server {server['ttft_s'] * 1e3:.1f} ms, "
           f"difference {d_ttft * 1e3:+.1f} ms; E2E client {client_e2e * 1e3:.1f} ms, server "
@@ -65,9 +65,9 @@ def test_client_timing_against_vllm_server_histograms(vllm_url):
     name = prometheus.metric_name(after, "itl")
     assert name, "vLLM exported no inter-token latency histogram"
     itl = prometheus.histogram_delta(before, after, name)
-    print(f"ITL client {s['mean_itl_ms']:.1f} ms over {s['n_itl']} gaps, server "
+    print(f"ITL client {s.itl.mean:.1f} ms over {s.itl.n} gaps, server "
           f"{itl['mean'] * 1e3:.1f} ms over {itl['count']:.0f} ({name})")
-    assert itl["count"] == 4 * 11 >= s["n_itl"] and abs(s["mean_itl_ms"] / 1e3 - itl["mean"]) < 0.01
+    assert itl["count"] == 4 * 11 >= s.itl.n and abs(s.itl.mean / 1e3 - itl["mean"]) < 0.01
     assert itl["buckets"][float("inf")] == itl["count"]  # the +Inf bucket holds every gap
 
 

@@ -18,6 +18,8 @@ import platform
 from collections.abc import Sequence
 from typing import Any
 
+from ..serving.metrics import RunSummary
+
 #: Where each engine runs (✓ supported, ~ partial or experimental, ✗ no), as documented by each
 #: project; "formats" are the weight formats it loads directly.
 ENGINES: list[dict[str, str]] = [
@@ -72,7 +74,7 @@ def available_here() -> dict[str, str]:
     return out
 
 
-def compare(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def compare(rows: dict[str, RunSummary]) -> list[dict[str, Any]]:
     """One row per run: ``rows`` maps a label ("vLLM, concurrency 8") to a summary from
     :func:`labkit.serving.metrics.summarize` (or :mod:`labkit.serving.loadgen`). Each row has ``run``,
     ``concurrency``, ``requests``, ``single_stream_tps`` (mean decode tokens/s of one request
@@ -80,10 +82,10 @@ def compare(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     ``median_ttft_ms`` and ``duration_s``."""
     out = []
     for label, s in rows.items():
-        out.append({"run": label, "concurrency": s["concurrency"],
-                    "requests": s["completed"], "single_stream_tps": s["median_tps"],
-                    "aggregate_tps": s["output_throughput"], "median_ttft_ms": s["median_ttft_ms"],
-                    "duration_s": s["duration"]})
+        out.append({"run": label, "concurrency": s.concurrency,
+                    "requests": s.completed, "single_stream_tps": s.median_tps,
+                    "aggregate_tps": s.output_throughput, "median_ttft_ms": s.ttft.median,
+                    "duration_s": s.duration_s})
     return out
 
 
@@ -102,11 +104,10 @@ def short_prompts(n: int = 8) -> list[str]:
 
 
 def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
-                         prompts: Sequence[str] | None = None, max_tokens: int = 32) -> dict[str, Any]:
+                         prompts: Sequence[str] | None = None, max_tokens: int = 32) -> RunSummary:
     """transformers ``generate``, one request after another (it has no scheduler to batch
     requests that arrive separately), through :func:`labkit.serving.loadgen.run` with exactly
-    ``max_tokens`` tokens per request. A load-generator summary (``median_tps``,
-    ``output_throughput`` in tokens/s, ``median_ttft_ms``...)."""
+    ``max_tokens`` tokens per request. The load generator's :class:`RunSummary`."""
     from ..serving.loadgen import run
     from ..serving.loadspec import LoadSpec
     from ..serving.local import transformers_backend
@@ -118,7 +119,7 @@ def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
 
 def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
                    n_requests: dict[int, int] | None = None, prompts: Sequence[str] | None = None,
-                   max_tokens: int = 32) -> dict[int, dict[str, Any]]:
+                   max_tokens: int = 32) -> dict[int, RunSummary]:
     """Closed-loop runs of :func:`labkit.serving.loadgen.run` against an OpenAI-compatible server at
     each concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
     concurrency -> requests (default :func:`labkit.serving.loadspec.default_requests`). One warm-up

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..serving.metrics import RunSummary
 from .compare import measure_server, measure_transformers
 
 #: Requests per level for the servers: one wave per level (a few seconds each on a 2-core CPU).
@@ -37,7 +38,7 @@ class EngineRun:
     kind: str
     weights: str = ""
     threads: str = ""
-    runs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[int, RunSummary] = field(default_factory=dict)
     weight_bytes: float | None = None
     memory_bytes: float | None = None
     memory_what: str = ""
@@ -79,12 +80,12 @@ def safetensors_tensor_bytes(path: Any) -> int:
     return sum(t["data_offsets"][1] - t["data_offsets"][0] for k, t in header.items() if k != "__metadata__")
 
 
-def tpot_range_ms(summary: dict[str, Any]) -> dict[str, float]:
+def tpot_range_ms(summary: RunSummary) -> dict[str, float]:
     """Per-request TPOT of a load-generator summary (its ``requests``): ``lo``, ``median``, ``hi`` in
     milliseconds and ``n`` requests with a TPOT (chapter 05's rules compare the extremes)."""
-    from ..serving.metrics import request_metrics
+    from ..serving.metrics import request_metrics  # noqa: PLC0415
 
-    values = sorted(m["tpot_s"] * 1e3 for r in summary["requests"] if r.status == "ok"
+    values = sorted(m["tpot_s"] * 1e3 for r in summary.requests if r.status == "ok"
                     and not math.isnan((m := request_metrics(r))["tpot_s"]))
     if not values:
         raise ValueError("no request in this run produced two tokens or more: no TPOT to take")
@@ -183,8 +184,8 @@ def paired_decode_rounds(prompts: Sequence[str], max_tokens: int = 16, rounds: i
             for name in (("vllm", "llamacpp") if r % 2 == 0 else ("llamacpp", "vllm")):
                 t = targets[name]
                 run = measure_server(t.url, t.model, (1,), {1: requests}, prompts, max_tokens)[1]
-                if run["completed"] != requests:
-                    raise RuntimeError(f"{t.engine}: {run['status_counts']} in round {r + 1}")
+                if run.completed != requests:
+                    raise RuntimeError(f"{t.engine}: {run.status_counts} in round {r + 1}")
                 out[name].append(tpot_range_ms(run)["median"])
     return out
 
@@ -196,9 +197,9 @@ def engine_rows(engines: Sequence[EngineRun]) -> list[dict[str, Any]]:
     rows = []
     for e in engines:
         for c, s in e.runs.items():
-            rows.append({"engine": e.name, "weights": e.weights, "in_flight": c, "requests": s["completed"],
-                         "ttft_ms": s["median_ttft_ms"], "tpot_ms": s["median_tpot_ms"],
-                         "stream_tps": s["median_tps"], "aggregate_tps": s["output_throughput"]})
+            rows.append({"engine": e.name, "weights": e.weights, "in_flight": c, "requests": s.completed,
+                         "ttft_ms": s.ttft.median, "tpot_ms": s.tpot.median,
+                         "stream_tps": s.median_tps, "aggregate_tps": s.output_throughput})
     return rows
 
 

@@ -39,13 +39,13 @@ def attribution(slow: EngineRun, fast: EngineRun, bandwidth_bytes_per_s: float) 
     for label, e in (("slow", slow), ("fast", fast)):
         if e.weight_bytes is None or 1 not in e.runs:
             raise ValueError(f"{e.name}: needs its weight bytes and a run at 1 in flight")
-        t1 = e.runs[1]["median_tpot_ms"]
+        t1 = e.runs[1].tpot.median
         out[f"{label}_floor_ms"] = e.weight_bytes / bandwidth_bytes_per_s * 1e3
         out[f"{label}_bandwidth_share"] = out[f"{label}_floor_ms"] / t1
         if 8 in e.runs:
-            out[f"{label}_c8_over_c1"] = e.runs[8]["output_throughput"] / e.runs[1]["output_throughput"]
-            out |= {f"{label}_{k}": v for k, v in step_anatomy(t1, e.runs[8]["median_tpot_ms"], 8).items()}
-    out["tpot_ratio"] = slow.runs[1]["median_tpot_ms"] / fast.runs[1]["median_tpot_ms"]
+            out[f"{label}_c8_over_c1"] = e.runs[8].output_throughput / e.runs[1].output_throughput
+            out |= {f"{label}_{k}": v for k, v in step_anatomy(t1, e.runs[8].tpot.median, 8).items()}
+    out["tpot_ratio"] = slow.runs[1].tpot.median / fast.runs[1].tpot.median
     out["bytes_ratio"] = slow.weight_bytes / fast.weight_bytes  # type: ignore[operator]
     out["engine_factor"] = out["tpot_ratio"] / out["bytes_ratio"]
     return out
@@ -56,7 +56,7 @@ def attribution_lines(slow: EngineRun, fast: EngineRun, a: dict[str, float]) -> 
     assert slow.weight_bytes is not None and fast.weight_bytes is not None
     ratio, bytes_x, eng = a["tpot_ratio"], a["bytes_ratio"], a["engine_factor"]
     mb_slow, mb_fast = slow.weight_bytes / 1e6, fast.weight_bytes / 1e6
-    t_slow, t_fast = slow.runs[1]["median_tpot_ms"], fast.runs[1]["median_tpot_ms"]
+    t_slow, t_fast = slow.runs[1].tpot.median, fast.runs[1].tpot.median
     lines = [f"weight format: {slow.name} reads {mb_slow:.0f} MB of {slow.weights} per token, {fast.name} "
              f"{mb_fast:.0f} MB of {fast.weights} ({bytes_x:.2f}x fewer bytes); at the measured bandwidth "
              f"no TPOT can be shorter than {a['slow_floor_ms']:.1f} and {a['fast_floor_ms']:.1f} ms",
@@ -64,7 +64,7 @@ def attribution_lines(slow: EngineRun, fast: EngineRun, a: dict[str, float]) -> 
              f"{1 / a['slow_bandwidth_share']:.1f}x and {1 / a['fast_bandwidth_share']:.1f}x those floors; "
              f"{fast.name} is {ratio:.2f}x faster = {bytes_x:.2f}x from the format x {eng:.2f}x from the "
              "engine (its kernels, unpacking 4-bit blocks included, and its per-step work)"]
-    f_slow, f_fast = slow.runs[1]["median_ttft_ms"], fast.runs[1]["median_ttft_ms"]
+    f_slow, f_fast = slow.runs[1].ttft.median, fast.runs[1].ttft.median
     lines.append(f"first token at one in flight: {slow.name} {f_slow:.0f} ms, {fast.name} {f_fast:.0f} ms; "
                  "a prompt's tokens share each pass over the weights, so there the kernels' arithmetic "
                  "counts more than the bytes")

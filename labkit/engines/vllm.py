@@ -12,7 +12,7 @@ Usage::
     if vllm_available():
         with vllm_server() as url:            # about 20-40 s until /health answers on 2 CPU cores
             s = run(url, LoadSpec(n_requests=8, concurrency=4, max_tokens=32), ClientSpec(model="smollm2"))
-            print(s["median_ttft_ms"], s["output_throughput"])
+            print(s.ttft.median, s.output_throughput)
 
 ``make serve`` (= ``python -m labkit.engines.vllm --port 8000``) runs the same server in the foreground.
 

@@ -232,7 +232,7 @@ def agreement(reference: Mapping[str, Any], ours: Mapping[str, Any],
               keys: Sequence[str] = AGREEMENT_KEYS) -> list[dict[str, Any]]:
     """For each of ``keys``: ``{"key", "reference", "ours", "ratio"}`` with ``ratio = ours / reference``
     (NaN where the reference is 0 or a figure is missing). ``reference`` is vLLM's result JSON,
-    ``ours`` labkit's summary: both use vLLM's names."""
+    ``ours`` labkit's summary by vLLM's names (:meth:`~labkit.serving.metrics.RunSummary.vllm_names`)."""
     nan = float("nan")
     rows = []
     for k in keys:

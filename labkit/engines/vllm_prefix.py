@@ -104,15 +104,15 @@ def hit_vs_miss(url: str, model: str, tokenizer: Any, shared_tokens: int = 512, 
         for kind in ("miss", "hit"):
             before = scrape_metrics()
             s = loadgen.run(url, alone(p[kind][i]), client, progress=False, check=False)
-            if s["completed"] != 1:
-                raise RuntimeError(f"a {kind} request failed: {s['status_counts']}")
+            if s.completed != 1:
+                raise RuntimeError(f"a {kind} request failed: {s.status_counts}")
             try:
                 d = hit_rate(before, scrape_metrics())
             except KeyError:  # prefix caching off: this vLLM exports no prefix-cache counters
                 d = {"hits": 0.0, "queries": 0.0}
             counts[kind]["hits"] += d["hits"]
             counts[kind]["queries"] += d["queries"]
-            ttft[kind].append(s["median_ttft_ms"] / 1e3)
+            ttft[kind].append(s.ttft.median / 1e3)
     rates = {k: c["hits"] / c["queries"] if c["queries"] else float("nan") for k, c in counts.items()}
     hit_s, miss_s = float(np.median(ttft["hit"])), float(np.median(ttft["miss"]))
     return {"hit_ttft_s": hit_s, "miss_ttft_s": miss_s, "ratio": hit_s / miss_s, "hit_rate": rates["hit"],

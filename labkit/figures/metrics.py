@@ -20,7 +20,7 @@ def keep(page: Mapping[str, Any]) -> None:
     # 4. Ollama's native API
     (by_kind_ms, d_e2e, d_ttft, engine, is_vllm, one_slow, prof, runs, server_side, st, target) = take(
         page, "by_kind_ms d_e2e d_ttft engine is_vllm one_slow prof runs server_side st target")
-    by_c = {s["concurrency"]: s for s in runs}
+    by_c = {s.concurrency: s for s in runs}
     slow = next(k for k in range(1, 10_000) if np.percentile([0.1] * (10_000 - k) + [2.0] * k, 99) >= 2.0)
     record("metrics", "server_kind", target.kind, "", engine)
     for kind in ("short", "long"):
@@ -34,19 +34,19 @@ def keep(page: Mapping[str, Any]) -> None:
            "x", f"{prof.llm} in this process: median TPOT, long vs short prompts")
     for c in (4, 32):
         record("metrics", f"throughput_c{c}_over_c1",
-               by_c[c]["output_throughput"] / by_c[1]["output_throughput"], "x",
+               by_c[c].output_throughput / by_c[1].output_throughput, "x",
                f"{engine}: output tokens/s at {c} vs 1 requests in flight")
     for c in (2, 4, 8, 32):
-        record("metrics", f"per_slot_tok_s_c{c}", by_c[c]["output_throughput"] / c, "tokens/s",
+        record("metrics", f"per_slot_tok_s_c{c}", by_c[c].output_throughput / c, "tokens/s",
                f"{engine}: output tokens/s per request in flight at {c}")
     for c in (1, 2, 32):
-        record("metrics", f"p99_e2e_ms_c{c}", by_c[c]["p99_e2el_ms"], "ms",
+        record("metrics", f"p99_e2e_ms_c{c}", by_c[c].e2el.p99, "ms",
                f"{engine}: P99 E2E at {c} in flight")
-    record("metrics", "p99_ttft_ms_c32", by_c[32]["p99_ttft_ms"], "ms", f"{engine}: P99 TTFT at 32 in flight")
-    record("metrics", "p50_ttft_ms_c1", by_c[1]["p50_ttft_ms"], "ms", f"{engine}: median TTFT alone")
-    record("metrics", "p99_e2e_c32_over_c1", by_c[32]["p99_e2el_ms"] / by_c[1]["p99_e2el_ms"], "x",
+    record("metrics", "p99_ttft_ms_c32", by_c[32].ttft.p99, "ms", f"{engine}: P99 TTFT at 32 in flight")
+    record("metrics", "p50_ttft_ms_c1", by_c[1].ttft.p50, "ms", f"{engine}: median TTFT alone")
+    record("metrics", "p99_e2e_c32_over_c1", by_c[32].e2el.p99 / by_c[1].e2el.p99, "x",
            f"{engine}: P99 E2E")
-    record("metrics", "p99_over_mean_ttft_c32", by_c[32]["p99_ttft_ms"] / by_c[32]["mean_ttft_ms"], "x",
+    record("metrics", "p99_over_mean_ttft_c32", by_c[32].ttft.p99 / by_c[32].ttft.mean, "x",
            f"{engine}, TTFT at 32")
     record("metrics", "p99_ms_two_slow_in_100", st["p99"] * 1e3, "ms",
            "100 latencies of 0.1 s, two of them 2 s")

@@ -45,8 +45,8 @@ def keep(page: Mapping[str, Any]) -> None:
            "simulated vs measured "
            "continuous/static ratio, each the median of the rounds (static simulated as the gate)")
     record("production", "batching_requests_unaccounted",
-           sum(len(work) - s["completed"] + sum(x.status == "ok" and x.output_tokens
-           != x.max_tokens for x in s["requests"]) for s in measured_runs),
+           sum(len(work) - s.completed + sum(x.status == "ok" and x.output_tokens
+           != x.max_tokens for x in s.requests) for s in measured_runs),
            "requests", f"missing, failed or short, {len(measured_runs)} runs")
     record("production", "vllm_cold_start_s", cold_start_s, "s",
            f"{target.engine}: process start to first token")

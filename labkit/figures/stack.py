@@ -75,7 +75,7 @@ def keep(page: Mapping[str, Any]) -> None:
            "compute threads of every engine (torch, OMP_NUM_THREADS, llama.cpp -t)")
     record("stack", "transformers_weights_mb", hf_run.weight_bytes / 1e6, "MB",
            f"{hf_run.weights}, tensors in the process")
-    record("stack", "transformers_tpot_ms", hf1["median_tpot_ms"], "ms",
+    record("stack", "transformers_tpot_ms", hf1.tpot.median, "ms",
            "generate, one request at a time, median")
     for e, k in ((vllm_run, "vllm"), (llama_run, "llamacpp")):
         if not e.runs:  # the claims on this engine's figures: not measured here, and why
@@ -85,12 +85,12 @@ def keep(page: Mapping[str, Any]) -> None:
         r1, r4, r8, tp = e.runs[1], e.runs[4], e.runs[8], engine_runs.tpot_range_ms(e.runs[1])
         record("stack", f"{k}_c1_tpot_ms", tp["median"], "ms", f"{e.name}, 1 in flight, per request",
                spread=(tp["lo"], tp["hi"], int(tp["n"])))
-        record("stack", f"{k}_c1_ttft_ms", r1["median_ttft_ms"], "ms", f"{e.name}, 1 in flight, median")
-        record("stack", f"{k}_c4_over_c1", r4["output_throughput"] / r1["output_throughput"], "x",
+        record("stack", f"{k}_c1_ttft_ms", r1.ttft.median, "ms", f"{e.name}, 1 in flight, median")
+        record("stack", f"{k}_c4_over_c1", r4.output_throughput / r1.output_throughput, "x",
                "output tokens/s, 4 vs 1 in flight")
-        record("stack", f"{k}_c8_over_c1", r8["output_throughput"] / r1["output_throughput"], "x",
+        record("stack", f"{k}_c8_over_c1", r8.output_throughput / r1.output_throughput, "x",
                f"{e.name}: output tokens/s at 8 vs 1 requests in flight")
-        record("stack", f"{k}_c8_over_transformers", r8["output_throughput"] / hf1["output_throughput"], "x",
+        record("stack", f"{k}_c8_over_transformers", r8.output_throughput / hf1.output_throughput, "x",
                "8 in flight vs transformers generate, sequential")
         if e.memory_bytes:
             record("stack", f"{k}_rss_mb", e.memory_bytes / 1e6, "MB", e.memory_what)
@@ -116,9 +116,9 @@ def keep(page: Mapping[str, Any]) -> None:
         unmeasured("stack", "llamacpp_engine_factor",
                    "needs llama.cpp and vLLM's CPU build both measured here")
     ran = take(page, "ran")[0]
-    record("stack", "engine_requests_planned", sum(s["n_planned"] for s in ran), "requests",
+    record("stack", "engine_requests_planned", sum(s.n_planned for s in ran), "requests",
            "sent to the servers at 1, 4 and 8 in flight")
     record("stack", "engine_requests_full",
            sum(r.status == "ok" and r.output_tokens == r.max_tokens
-           for s in ran for r in s["requests"]),
+           for s in ran for r in s.requests),
            "requests", "answered, each with exactly the tokens asked for")

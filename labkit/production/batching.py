@@ -11,10 +11,8 @@ The same requests (all queued at t=0, mixed output lengths) are served three way
 * :func:`hf_static` — transformers' batched ``generate``: one padded batch of ``batch`` prompts runs
   until its longest output is done; every request returns when its batch ends.
 
-Each returns :func:`labkit.serving.metrics.summarize`-style figures: ``output_throughput`` (useful
-output tokens/s: only the tokens each request asked for), ``p50_queued_e2e_ms``/``p99_queued_e2e_ms``
-(milliseconds from the moment every request was queued to its last token),
-``duration`` (seconds), ``completed``/``failed``. :func:`step_costs` turns small server runs
+Each returns a :class:`BatchRun` (tokens/s, queued latency, the load generator's summary where a
+server ran). :func:`step_costs` turns small server runs
 (:func:`calibration_runs`, repeated by :func:`alternating_runs`) into the per-step costs
 :mod:`labkit.production.batchsim` simulates with, and :func:`paired_rounds` judges the simulator
 round by round;
@@ -27,17 +25,57 @@ import contextlib
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
 
 from ..serving import loadgen, loadspec, metrics
 from ..serving.loadspec import Prompt
+from ..serving.metrics import RunSummary
 from ..serving.records import RequestRecord
 from ..stats import summary
 from . import batchsim
 
 Requests = Sequence[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One batching policy serving a workload, every request queued at the start (chapter 08).
+
+    ``output_throughput``: tokens/s counting only the tokens each request asked for; the queued
+    latencies: milliseconds from the moment every request was queued to its last token;
+    ``duration_s``: the whole run; ``padded_tokens``: slots spent on tokens nobody asked for
+    (transformers' padded batches only); ``summary``: the load generator's figures and records
+    (server runs only)."""
+
+    policy: str
+    batch: int
+    completed: int
+    failed: int
+    duration_s: float
+    output_throughput: float
+    total_output_tokens: int
+    p50_queued_e2e_ms: float
+    p99_queued_e2e_ms: float
+    padded_tokens: int | None = None
+    summary: RunSummary | None = None
+
+    @property
+    def requests(self) -> tuple[RequestRecord, ...]:
+        """The run's request records (none for transformers' batches, which have no server)."""
+        return self.summary.requests if self.summary else ()
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of :func:`alternating_runs`: the calibration runs (at 1, 4 and the batch), then the
+    workload under continuous batching and, where asked, under the static gate."""
+
+    calibration: list[RunSummary]
+    continuous: BatchRun
+    static: BatchRun | None = field(default=None)
 
 
 def workload(n: int = 24, short: tuple[int, int] = (4, 16), long: tuple[int, int] = (96, 128),
@@ -61,24 +99,23 @@ def workload(n: int = 24, short: tuple[int, int] = (4, 16), long: tuple[int, int
     return out
 
 
-def _run(url: str, model: str, requests: Requests, concurrency: int) -> dict[str, Any]:
+def _run(url: str, model: str, requests: Requests, concurrency: int) -> RunSummary:
     """``requests`` through the load generator, ``concurrency`` in flight, exactly their ``max_tokens``."""
     prompts = [cast(Prompt, r) for r in requests]
     spec = loadspec.LoadSpec(len(requests), concurrency, prompts=prompts, warmup=0)
     return loadgen.run(url, spec, loadspec.ClientSpec(model=model, ignore_eos=True), progress=False)
 
 
-def continuous(url: str, model: str, requests: Requests, batch: int) -> dict[str, Any]:
+def continuous(url: str, model: str, requests: Requests, batch: int) -> BatchRun:
     """Every request offered at once to the server, at most ``batch`` in flight (closed loop): the
     engine's own continuous batching refills a slot as soon as its request finishes."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     s = _run(url, model, requests, min(batch, len(requests)))
-    s.update(policy="continuous", batch=batch)
-    return _queued(s, s["requests"], min(r.t_sent for r in s["requests"]))
+    return _queued("continuous", batch, s, min(r.t_sent for r in s.requests))
 
 
-def static_gate(url: str, model: str, requests: Requests, batch: int) -> dict[str, Any]:
+def static_gate(url: str, model: str, requests: Requests, batch: int) -> BatchRun:
     """Groups of ``batch`` requests sent together; the next group only when the whole previous one
     has finished. Every request is queued at the start, so its end-to-end latency counts the groups
     it waited behind. Summarized over the whole run (one duration, first send to last close)."""
@@ -88,21 +125,22 @@ def static_gate(url: str, model: str, requests: Requests, batch: int) -> dict[st
     t0 = time.perf_counter()
     for i in range(0, len(requests), batch):
         group = list(requests[i:i + batch])
-        records += _run(url, model, group, len(group))["requests"]
-    s = metrics.summarize(records, duration_s=time.perf_counter() - t0)
-    s.update(policy="static", batch=batch, requests=records)
-    return _queued(s, records, t0)
+        records += _run(url, model, group, len(group)).requests
+    s = replace(metrics.summarize(records, duration_s=time.perf_counter() - t0), requests=tuple(records))
+    return _queued("static", batch, s, t0)
 
 
-def _queued(s: dict[str, Any], records: Sequence[RequestRecord], t0: float) -> dict[str, Any]:
-    """Add latency as the user sees it when every request was queued at ``t0`` (seconds): the wait
-    for a free slot or an earlier group counts. ``p50_queued_e2e_ms``, ``p99_queued_e2e_ms``."""
-    st = summary(r.t_end - t0 for r in records if r.status == "ok" and r.t_end is not None)
-    s.update(p50_queued_e2e_ms=st["p50"] * 1000, p99_queued_e2e_ms=st["p99"] * 1000)
-    return s
+def _queued(policy: str, batch: int, s: RunSummary, t0: float) -> BatchRun:
+    """The run ``s`` with latency as the user sees it when every request was queued at ``t0``
+    (seconds): the wait for a free slot or an earlier group counts."""
+    st = summary(r.t_end - t0 for r in s.requests if r.status == "ok" and r.t_end is not None)
+    return BatchRun(policy=policy, batch=batch, completed=s.completed, failed=s.failed,
+                    duration_s=s.duration_s, output_throughput=s.output_throughput,
+                    total_output_tokens=s.total_output_tokens,
+                    p50_queued_e2e_ms=st["p50"] * 1000, p99_queued_e2e_ms=st["p99"] * 1000, summary=s)
 
 
-def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> dict[str, Any]:
+def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> BatchRun:
     """transformers' batched greedy ``generate`` on groups of ``batch`` prompts (chat template, left
     padding), each group generating its longest ``max_tokens`` (EOS ignored, as in the server runs).
     A request's latency is from the start (all queued) to its group's end. ``output_throughput``
@@ -131,14 +169,14 @@ def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> dic
         padded += sum(longest - int(r["max_tokens"]) for r in group)
     duration = time.perf_counter() - t0
     e2e = summary(ends)
-    return {"policy": "static (transformers)", "batch": batch, "completed": len(ends), "failed": 0,
-            "duration": duration, "output_throughput": useful / duration, "total_output_tokens": useful,
-            "padded_tokens": padded, "p50_queued_e2e_ms": e2e["p50"] * 1000,
-            "p99_queued_e2e_ms": e2e["p99"] * 1000}
+    return BatchRun(policy="static (transformers)", batch=batch, completed=len(ends), failed=0,
+                    duration_s=duration, output_throughput=useful / duration, total_output_tokens=useful,
+                    padded_tokens=padded,
+                    p50_queued_e2e_ms=e2e["p50"] * 1000, p99_queued_e2e_ms=e2e["p99"] * 1000)
 
 
-def step_costs(single: dict[str, Any] | Sequence[dict[str, Any]],
-               batched: Sequence[dict[str, Any]], pick: str = "fastest") -> dict[str, Any]:
+def step_costs(single: RunSummary | Sequence[RunSummary],
+               batched: Sequence[RunSummary], pick: str = "fastest") -> dict[str, Any]:
     """Per-step costs of a server from load-test summaries, the inputs of
     :func:`labkit.production.batchsim.fit_step_cost`:
 
@@ -160,21 +198,21 @@ def step_costs(single: dict[str, Any] | Sequence[dict[str, Any]],
     if pick not in ("fastest", "median"):
         raise ValueError(f"pick must be 'fastest' or 'median', got {pick!r}")
     choose = min if pick == "fastest" else (lambda v: float(np.median(v)))
-    singles = [single] if isinstance(single, dict) else list(single)
+    singles = [single] if isinstance(single, RunSummary) else list(single)
     if not singles:
         raise ValueError("step_costs needs at least one concurrency-1 run")
-    tokens = [s["total_input_tokens"] / max(1, s["completed"]) for s in singles]
+    tokens = [s.total_input_tokens / max(1, s.completed) for s in singles]
     if not min(tokens) > 0:
         raise ValueError("the concurrency-1 run reported no prompt tokens; the server must return usage")
-    prefill_s = [max(s["median_ttft_ms"] - s["median_itl_ms"], 0.0) / 1000.0 for s in singles]
+    prefill_s = [max(s.ttft.median - s.itl.median, 0.0) / 1000.0 for s in singles]
     steps: dict[int, list[float]] = {}
     for s in [*singles, *batched]:
-        steps.setdefault(int(s["concurrency"]), []).append(s["median_itl_ms"] / 1000.0)
+        steps.setdefault(int(s.concurrency or 0), []).append(s.itl.median / 1000.0)
     return {"prefill_points": [(float(np.mean(tokens)), choose(prefill_s))],
             "decode_points": [(c, choose(v)) for c, v in sorted(steps.items())]}
 
 
-def calibration_runs(url: str, model: str, batch: int = 4) -> list[dict[str, Any]]:
+def calibration_runs(url: str, model: str, batch: int = 4) -> list[RunSummary]:
     """The small runs :func:`step_costs` reads (:func:`alternating_runs` repeats them): 3 requests
     one at a time (24 tokens each: a step at batch 1, and the prefill), 8 requests 4 at a time (16
     tokens each: a step at batch 4) and, for ``batch`` > 4, ``max(8, batch)`` requests ``batch`` at
@@ -188,27 +226,25 @@ def calibration_runs(url: str, model: str, batch: int = 4) -> list[dict[str, Any
 
 def alternating_runs(url: str, model: str, requests: Requests, batch: int, rounds: int = 3,
                      watch_first: AbstractContextManager[Any] | None = None,
-                     static: bool = False) -> list[dict[str, Any]]:
+                     static: bool = False) -> list[Round]:
     """``rounds`` rounds of :func:`calibration_runs` (at 1, 4 and ``batch``) each followed by
     :func:`continuous` on ``requests`` and, with ``static``, :func:`static_gate` on them too, so that
     a round's calibration and its measured runs share the host's state (a passing burst of load, the
     2-core machine's slow mode) and can be compared pairwise (:func:`paired_rounds`).
     ``watch_first`` (e.g. a monitor's sampler) is entered around the first continuous run only.
-    Returns one ``{"calibration": [runs], "continuous": run[, "static": run]}`` per round."""
+    Returns one :class:`Round` per round."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: run at least one round")
-    out: list[dict[str, Any]] = []
+    out: list[Round] = []
     for i in range(rounds):
-        r: dict[str, Any] = {"calibration": calibration_runs(url, model, batch)}
+        calibration = calibration_runs(url, model, batch)
         with watch_first if (i == 0 and watch_first is not None) else contextlib.nullcontext():
-            r["continuous"] = continuous(url, model, requests, batch)
-        if static:
-            r["static"] = static_gate(url, model, requests, batch)
-        out.append(r)
+            cont = continuous(url, model, requests, batch)
+        out.append(Round(calibration, cont, static_gate(url, model, requests, batch) if static else None))
     return out
 
 
-def paired_rounds(rounds: Sequence[dict[str, Any]], requests: Requests, batch: int) -> list[dict[str, float]]:
+def paired_rounds(rounds: Sequence[Round], requests: Requests, batch: int) -> list[dict[str, float]]:
     """Per round of :func:`alternating_runs`, the simulator (:mod:`labkit.production.batchsim`)
     calibrated on that round's runs only, serving ``requests`` with the prompt lengths the server
     counted in that round, against that round's measured runs (chapter 08). Each dict holds
@@ -217,41 +253,41 @@ def paired_rounds(rounds: Sequence[dict[str, Any]], requests: Requests, batch: i
     model, ``padded=False``) and ``measured_gain`` (measured continuous over static)."""
     out = []
     for r in rounds:
-        cal, cont = r["calibration"], r["continuous"]
+        cal, cont = r.calibration, r.continuous
         costs = step_costs(cal[0], cal[1:])
         cost = batchsim.fit_step_cost(costs["prefill_points"], costs["decode_points"])
         reqs = batchsim.workload_requests(requests, prompt_tokens_by_id(cont))
         sim = batchsim.simulate_batching("continuous", reqs, cost, batch)["throughput_tok_s"]
-        row = {"error": sim / cont["output_throughput"] - 1}
-        if "static" in r:
+        row = {"error": sim / cont.output_throughput - 1}
+        if r.static is not None:
             gate = batchsim.simulate_batching("static", reqs, cost, batch, padded=False)["throughput_tok_s"]
-            measured = cont["output_throughput"] / r["static"]["output_throughput"]
+            measured = cont.output_throughput / r.static.output_throughput
             row.update(sim_gain=sim / gate, measured_gain=measured)
         out.append(row)
     return out
 
 
-def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:
+def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int) -> RunSummary:
     spec = loadspec.LoadSpec(n, concurrency, max_tokens=max_tokens, warmup=0)
     return loadgen.run(url, spec, loadspec.ClientSpec(model=model, ignore_eos=True), progress=False)
 
 
-def table_row(s: dict[str, Any], policy: str | None = None) -> dict[str, Any]:
-    """One row of the chapter's batching table from a summary of :func:`continuous`,
+def table_row(s: BatchRun, policy: str | None = None) -> dict[str, Any]:
+    """One row of the chapter's batching table from a run of :func:`continuous`,
     :func:`static_gate` or :func:`hf_static`: output tokens/s, P50/P99 queued latency (s), seconds."""
-    return {"policy": policy or s["policy"], "output_tok_s": s["output_throughput"],
-            "p50_e2e_s": s["p50_queued_e2e_ms"] / 1000, "p99_e2e_s": s["p99_queued_e2e_ms"] / 1000,
-            "seconds": s["duration"], "completed": s["completed"]}
+    return {"policy": policy or s.policy, "output_tok_s": s.output_throughput,
+            "p50_e2e_s": s.p50_queued_e2e_ms / 1000, "p99_e2e_s": s.p99_queued_e2e_ms / 1000,
+            "seconds": s.duration_s, "completed": s.completed}
 
 
-def slot_seconds(s: dict[str, Any]) -> float:
+def slot_seconds(s: BatchRun | RunSummary) -> float:
     """Mean seconds a completed request of the run ``s`` held its slot (sent to stream closed)."""
-    held = [r.t_end - r.t_sent for r in s["requests"] if r.status == "ok" and r.t_end is not None]
+    held = [r.t_end - r.t_sent for r in s.requests if r.status == "ok" and r.t_end is not None]
     if not held:
         raise ValueError("no request of this run completed: nothing to time")
     return float(np.mean(held))
 
 
-def prompt_tokens_by_id(s: dict[str, Any]) -> dict[Any, int]:
+def prompt_tokens_by_id(s: BatchRun | RunSummary) -> dict[Any, int]:
     """``{prompt id: prompt tokens}`` as the server counted them, for the run ``s``'s requests."""
-    return {r.prompt_id: r.prompt_tokens for r in s["requests"] if r.prompt_tokens}
+    return {r.prompt_id: r.prompt_tokens for r in s.requests if r.prompt_tokens}

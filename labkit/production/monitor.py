@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import httpx
@@ -22,7 +23,7 @@ import psutil
 from ..engines import prometheus
 from ..hardware.machine import nvidia_smi_snapshot
 from ..serving.loadspec import LoadSpec
-from ..serving.metrics import Summary, request_metrics, summarize
+from ..serving.metrics import RunSummary, request_metrics, summarize
 from ..serving.records import RequestRecord
 from ..serving.streaming import base_url_of
 from ..stats import summary
@@ -110,7 +111,7 @@ class Sampler:
 
 
 def watched_run(base_url: str, model: str, spec: LoadSpec,
-                interval_s: float = 0.25) -> tuple[list[dict[str, Any]], Summary]:
+                interval_s: float = 0.25) -> tuple[list[dict[str, Any]], RunSummary]:
     """``loadgen.run(base_url, spec)`` (a :class:`~labkit.serving.loadspec.LoadSpec`; ``model`` served,
     ``ignore_eos``) inside a :class:`Sampler` of the host and ``base_url``'s /metrics every ``interval_s``
     s: ``(samples, the run's summary)``, its ``requests`` the records :func:`dashboard` takes."""
@@ -121,7 +122,7 @@ def watched_run(base_url: str, model: str, spec: LoadSpec,
     return sm.samples, run
 
 
-def server_vs_client(samples: list[dict[str, Any]], requests: list[RequestRecord]) -> dict[str, float]:
+def server_vs_client(samples: list[dict[str, Any]], requests: Sequence[RequestRecord]) -> dict[str, float]:
     """What the server's /metrics and the client saw of one run: ``server_tokens`` (the generated-token
     counter's rise from the first sample to the last), ``client_tokens`` (output tokens of the ok
     requests), their ``ratio`` (NaN without tokens), ``max_running`` and ``max_waiting`` (gauges)."""
@@ -139,7 +140,7 @@ def _code(rec: RequestRecord) -> str:
     return str(rec.http_status or status) if status in ("ok", "http_error") else status
 
 
-def timeline(samples: list[dict[str, Any]], requests: list[RequestRecord] | None = None,
+def timeline(samples: list[dict[str, Any]], requests: Sequence[RequestRecord] | None = None,
              bin_s: float = 1.0) -> dict[str, np.ndarray]:
     """Aligned series of :class:`Sampler` samples and request records (``perf_counter`` times, as
     ``loadgen.run(...)["requests"]``) from the earliest of both. Per sample: ``t`` (s), ``cpu_pct``,
@@ -195,7 +196,7 @@ def plot_timeline(tl: dict[str, np.ndarray], fig: Any = None) -> Any:
     return fig
 
 
-def dashboard(samples: list[dict[str, Any]], requests: list[RequestRecord]) -> dict[str, Any]:
+def dashboard(samples: list[dict[str, Any]], requests: Sequence[RequestRecord]) -> dict[str, Any]:
     """The tutorial's watch list for a run: ``codes``/``code_classes`` (2xx/4xx/5xx/no_answer); P50/P90/P99
     of ``ttft_ms``/``tpot_ms``/``e2e_ms``, ``tps`` (tokens/s per stream, :func:`summarize`); ``mean``/``max``
     of CPU/GPU util %, RAM/GPU bytes, KV %, ``running``, ``waiting`` (queue depth); token length stats."""
@@ -203,9 +204,10 @@ def dashboard(samples: list[dict[str, Any]], requests: list[RequestRecord]) -> d
     s, codes = summarize(reqs), [_code(r) for r in reqs]
     classes = Counter(f"{c[0]}xx" if c.isdigit() else "no_answer" for c in codes)
     d: dict[str, Any] = {"requests": len(reqs), "codes": dict(sorted(Counter(codes).items())),
-                         "code_classes": dict(sorted(classes.items())), "tps": s["median_tps"]}
+                         "code_classes": dict(sorted(classes.items())), "tps": s.median_tps}
     for name, key in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("e2e_ms", "e2el")):
-        d[name] = {p: s[f"{p}_{key}_ms"] for p in ("p50", "p90", "p99")}
+        sp = s.spread(key)
+        d[name] = {"p50": sp.p50, "p90": sp.p90, "p99": sp.p99}
     gauges = ["cpu_pct", "ram_used_bytes", "kv_usage_pct", "running", "waiting"]
     for k in gauges + sorted({k for x in samples for k in x if k.endswith(("util_pct", "mem_used_bytes"))}):
         v = np.array([float(x[k]) for x in samples if not np.isnan(x.get(k, NAN))], dtype=float)

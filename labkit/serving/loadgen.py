@@ -6,13 +6,13 @@ Usage (chapter 05 uses the same two calls)::
     from labkit.serving.loadgen import ClientSpec, LoadSpec, run, sweep
     client = ClientSpec(model="smollm2", ignore_eos=True)
     s = run("http://127.0.0.1:8000", LoadSpec(n_requests=16, concurrency=4, max_tokens=32), client)
-    print(s["median_ttft_ms"], s["p99_itl_ms"], s["output_throughput"], s["status_counts"])
+    print(s.ttft.median, s.itl.p99, s.output_throughput, s.status_counts)
     rows = sweep("http://127.0.0.1:8000", (1, 2, 4, 8), LoadSpec(max_tokens=32), client)
 
 A run is a target, a :class:`~labkit.serving.loadspec.LoadSpec` (what to send, how to pace it) and,
 for a URL, a :class:`~labkit.serving.loadspec.ClientSpec` (model, endpoint, timeouts). ``run``
-returns :func:`labkit.serving.metrics.summarize`'s dict (vLLM-style keys such as ``p50_ttft_ms``,
-``p99_itl_ms``, ``output_throughput``) plus the run's settings and ``requests``, the list of
+returns a :class:`~labkit.serving.metrics.RunSummary` (``s.ttft.p50`` and ``s.itl.p99`` in ms,
+``s.output_throughput``, ...) with the run's settings and ``requests``, every
 :class:`~labkit.serving.records.RequestRecord` (kept in memory, not in the summary file).
 ``target`` is a base URL (an OpenAI-compatible server) or any
 :class:`labkit.serving.streaming.Backend` (Ollama, an in-process transformers model).
@@ -48,7 +48,7 @@ from ..settings import watched
 from . import metrics
 from .loadspec import ClientSpec, LoadSpec, Prompt
 from .loadspec import default_requests as default_requests  # re-exported: callers use loadgen's
-from .metrics import Summary
+from .metrics import RunSummary
 from .openai_api import check_openai_server, openai_backend
 from .records import RequestRecord
 from .streaming import Backend, ServerError, run_sync
@@ -231,7 +231,7 @@ async def _execute(backend: Backend, plan: list[_Planned], spec: LoadSpec, sink:
 
 def run(target: str | Backend, spec: LoadSpec | None = None, client: ClientSpec | None = None, *,
         slo: Mapping[str, float] | None = None, out: str | Path | None = None, label: str | None = None,
-        progress: bool | None = None, check: bool = True) -> Summary:
+        progress: bool | None = None, check: bool = True) -> RunSummary:
     """Send the requests ``spec`` describes (default ``LoadSpec()``: 8 requests, one at a time) to
     ``target`` and summarize them (see the module docstring). ``client``: how to reach a URL
     target (default: its only model, chat endpoint); ``slo``: goodput limits in ms
@@ -264,24 +264,24 @@ def run(target: str | Backend, spec: LoadSpec | None = None, client: ClientSpec 
         if sink:
             sink.close()
     s = metrics.summarize([r for r in records if r.status != "not_sent"], duration_s=duration, slo=slo)
-    s["status_counts"]["not_sent"] = sum(r.status == "not_sent" for r in records)
+    counts = s.status_counts | {"not_sent": sum(r.status == "not_sent" for r in records)}
     n = spec.requests
-    s.update({"label": label, "backend": be.name, "mode": "closed" if spec.closed else "open",
-              "concurrency": concurrency, "rate": spec.rate,
-              "burstiness": None if spec.closed else spec.burstiness, "max_tokens": spec.max_tokens,
-              "warmup": spec.warmup, "n_planned": n,
-              "accounted": len(records) == n and sum(s["status_counts"].values()) == n, **paths})
-    if paths:
-        with open(paths["summary_json"], "w") as f:
-            json.dump(s, f, indent=1, default=float)
-    s["requests"] = records
+    s = replace(s, status_counts=counts, label=label, backend=be.name,
+                mode="closed" if spec.closed else "open", concurrency=concurrency, rate=spec.rate,
+                burstiness=None if spec.closed else spec.burstiness,
+                max_tokens=spec.max_tokens, warmup=spec.warmup, n_planned=n,
+                accounted=len(records) == n and sum(counts.values()) == n,
+                jsonl=paths.get("jsonl"), summary_json=paths.get("summary_json"), requests=tuple(records))
+    if s.summary_json:
+        with open(s.summary_json, "w") as f:
+            json.dump(s.to_json(), f, indent=1, default=float)
     return s
 
 
 def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8), spec: LoadSpec | None = None,
           client: ClientSpec | None = None, *, n_requests: Mapping[int, int] | None = None,
           slo: Mapping[str, float] | None = None, out: str | Path | None = None,
-          progress: bool | None = None) -> list[Summary]:
+          progress: bool | None = None) -> list[RunSummary]:
     """:func:`run` at each concurrency in turn (closed loop), with ``spec`` for everything else.
     Requests per level: ``n_requests[c]`` where given, else ``spec.n_requests`` for every level,
     else :func:`default_requests`; only the first level warms up and checks the server. A list of
@@ -298,11 +298,11 @@ def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8), sp
     return out_runs
 
 
-def knee_table(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
+def knee_table(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
     """One row per run: concurrency, aggregate output tokens/s, P50/P99 TTFT and TPOT (ms), per-user
     tokens/s (1 / median TPOT), and how many requests and failures each row is over."""
-    return [{"concurrency": s["concurrency"], "output_tok_s": s["output_throughput"],
-             "p50_ttft_ms": s["p50_ttft_ms"], "p99_ttft_ms": s["p99_ttft_ms"],
-             "p50_tpot_ms": s["p50_tpot_ms"], "p99_tpot_ms": s["p99_tpot_ms"],
-             "p99_e2el_ms": s["p99_e2el_ms"], "per_user_tok_s": s["median_tps"],
-             "completed": s["completed"], "failed": s["failed"]} for s in summaries]
+    return [{"concurrency": s.concurrency, "output_tok_s": s.output_throughput,
+             "p50_ttft_ms": s.ttft.p50, "p99_ttft_ms": s.ttft.p99,
+             "p50_tpot_ms": s.tpot.p50, "p99_tpot_ms": s.tpot.p99,
+             "p99_e2el_ms": s.e2el.p99, "per_user_tok_s": s.median_tps,
+             "completed": s.completed, "failed": s.failed} for s in summaries]

@@ -7,9 +7,9 @@ A *request record* is the :class:`labkit.serving.records.RequestRecord` every ba
 :mod:`labkit.serving.streaming` returns (its fields and their units are documented there): the
 send and close times (seconds) and the chunks that carried generated output, each as (seconds
 after sending, tokens in it). :func:`request_metrics` turns one record into numbers
-(:class:`RequestFigures`), :func:`summarize` many records into a vLLM-style summary dict
-(``median_ttft_ms``, ``p99_itl_ms``, ...): a plain dict, because its keys follow the percentiles
-asked for and the load generator adds its run's settings.
+(:class:`RequestFigures`), :func:`summarize` many records into a :class:`RunSummary` (vLLM's
+summary: counts, throughput, and a :class:`Spread` in ms per figure, ``s.ttft.p99``); the load
+generator returns one with its run's settings and records filled in.
 
 Example::
 
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..stats import summary
@@ -35,8 +36,107 @@ from .records import RequestRecord
 STATUSES = ("ok", "http_error", "timeout", "broken_stream", "connect_error", "error")
 PERCENTILES = (50, 90, 99)
 NAN = float("nan")
-#: A :func:`summarize` dict (open-ended: keys per percentile asked for, plus what a caller adds).
-Summary = dict[str, Any]
+FIGURES = ("ttft", "tpot", "itl", "e2el", "chunk_gap")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One figure's spread over a run, in milliseconds: how many values it is over (requests, or gaps
+    for ITL), mean, standard deviation, median and the 50th/90th/99th percentiles; NaN when ``n`` is 0."""
+
+    n: int
+    mean: float
+    std: float
+    median: float
+    p50: float
+    p90: float
+    p99: float
+
+    @classmethod
+    def of_seconds(cls, values: Iterable[float]) -> Spread:
+        """The spread of ``values`` given in seconds (NaN left out), in ms."""
+        st = summary(values, PERCENTILES)
+        return cls(n=int(st["n"]), **{f.name: st[f.name] * 1000.0 for f in fields(cls) if f.name != "n"})
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run's requests summarized as ``vllm bench serve`` does (chapter 02; :func:`summarize` builds it).
+
+    Counts: ``n_requests``, ``completed`` (status ok), ``failed``, ``status_counts`` (every status in
+    :data:`STATUSES`, and ``not_sent`` from the load generator). ``duration_s``: first send to last
+    close unless given. Tokens: ``total_input_tokens``, ``total_output_tokens``,
+    ``output_tokens_unknown`` (completed requests without a count). Throughput over completed requests
+    only: ``request_throughput`` (req/s), ``output_throughput`` (aggregate output tokens/s),
+    ``total_token_throughput``. Goodput: ``request_goodput`` (req/s meeting every ``slo`` limit, None
+    without SLOs), ``slo_unknown`` (completed requests whose figures could not be judged, never goodput).
+    Spreads (ms): ``ttft``, ``tpot`` (leaves out one-token outputs), ``itl`` (over gaps, not requests),
+    ``e2el``, ``chunk_gap`` (between token-bearing chunks; see :func:`request_metrics`). Per-stream decode
+    speed (tokens/s): ``median_tps`` (1 / median TPOT; robust), ``mean_tps`` (mean of per-request
+    1/TPOT: one stalled request whose tokens arrive in a burst inflates it).
+
+    The load generator's run (:func:`labkit.serving.loadgen.run`) also fills ``label``, ``backend``,
+    ``mode`` (closed/open), ``concurrency``, ``rate``, ``burstiness``, ``max_tokens``, ``warmup``,
+    ``n_planned``, ``accounted`` (every planned request has a status), the ``jsonl``/``summary_json``
+    paths it wrote, and ``requests`` (every record, not-sent ones included); None or empty otherwise.
+    """
+
+    n_requests: int
+    completed: int
+    failed: int
+    status_counts: dict[str, int]
+    duration_s: float
+    total_input_tokens: int
+    total_output_tokens: int
+    output_tokens_unknown: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    request_goodput: float | None
+    slo: dict[str, float] | None
+    slo_unknown: int
+    ttft: Spread
+    tpot: Spread
+    itl: Spread
+    e2el: Spread
+    chunk_gap: Spread
+    mean_tps: float
+    median_tps: float
+    label: str | None = None
+    backend: str | None = None
+    mode: str | None = None
+    concurrency: int | None = None
+    rate: float | None = None
+    burstiness: float | None = None
+    max_tokens: int | None = None
+    warmup: int | None = None
+    n_planned: int | None = None
+    accounted: bool | None = None
+    jsonl: str | None = None
+    summary_json: str | None = None
+    requests: tuple[RequestRecord, ...] = field(default=(), repr=False)
+
+    def spread(self, figure: str) -> Spread:
+        """The :class:`Spread` of ``figure``, one of :data:`FIGURES` (for tables that loop over them)."""
+        if figure not in FIGURES:
+            raise ValueError(f"unknown figure {figure!r}; use one of {', '.join(FIGURES)}")
+        value: Spread = getattr(self, figure)
+        return value
+
+    def vllm_names(self) -> dict[str, float]:
+        """The figures under the names ``vllm bench serve`` saves them by (``median_ttft_ms``,
+        ``p99_itl_ms``, ``output_throughput``, ...), to set beside its result file."""
+        out = {f"{stat}_{name}_ms": getattr(self.spread(name), stat)
+               for name in FIGURES for stat in ("mean", "median", "std", "p50", "p90", "p99")}
+        same = ("completed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                "output_throughput", "total_token_throughput")
+        return out | {k: getattr(self, k) for k in same} | {"duration": self.duration_s}
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data for the summary file: every field but the records (they go to JSONL), the
+        spreads flat under vLLM's names (:meth:`vllm_names`) with ``n_<figure>`` counts."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*FIGURES, "requests")}
+        return plain | self.vllm_names() | {f"n_{name}": self.spread(name).n for name in FIGURES}
 
 
 def request_metrics(rec: RequestRecord) -> RequestFigures:
@@ -82,28 +182,11 @@ def meets_slo(m: RequestFigures, slo: Mapping[str, float]) -> bool | None:
     return all(values[k] * 1000.0 <= limit for k, limit in slo.items())
 
 
-def summarize(
-    records: Sequence[RequestRecord],
-    duration_s: float | None = None,
-    slo: Mapping[str, float] | None = None,
-    percentiles: Sequence[float] = PERCENTILES,
-) -> Summary:
-    """A vLLM-style summary of ``records`` (a run's requests).
-
-    Keys: ``n_requests``, ``completed`` (status ok), ``failed``, ``status_counts``, ``duration``
-    (seconds; default first send to last close), ``total_input_tokens``, ``total_output_tokens``,
-    ``request_throughput`` (req/s), ``output_throughput`` (aggregate tokens/s),
-    ``total_token_throughput``, ``request_goodput`` (req/s meeting every ``slo`` limit, None without
-    SLOs; ``slo_unknown`` counts completed requests whose figures could not be judged, never
-    goodput), ``mean_/median_/std_/p50_/p90_/p99_`` + ``ttft|tpot|itl|e2el`` + ``_ms``, and
-    ``n_ttft``/``n_tpot``/``n_itl``/``n_e2el``: how many values each figure is over (TPOT leaves
-    out one-token outputs; ITL counts gaps, not requests). Also the per-stream decode speed
-    ``median_tps`` (1 / median TPOT, tokens/s; robust) and ``mean_tps`` (mean of per-request
-    1/TPOT: one stalled request whose tokens arrive in a burst inflates it), and the gaps between
-    token-bearing chunks (``*_chunk_gap_ms``, see :func:`request_metrics`) to show the
-    multi-token-chunk trap of per-chunk ITL. Throughput counts only
-    completed requests, as vLLM does; failures are counted, never dropped.
-    """
+def summarize(records: Sequence[RequestRecord], duration_s: float | None = None,
+              slo: Mapping[str, float] | None = None) -> RunSummary:
+    """The :class:`RunSummary` of ``records`` (a run's requests): ``duration_s`` defaults to the first
+    send to the last close; ``slo`` limits in ms (:func:`meets_slo`) give goodput. Throughput counts
+    only completed requests, as vLLM does; failures are counted, never dropped."""
     records = list(records)
     counts: Counter[str] = Counter(r.status for r in records)
     ok = [r for r in records if r.status == "ok"]
@@ -112,67 +195,57 @@ def summarize(
         starts = [r.t_sent for r in records]
         ends = [r.t_sent if r.t_end is None else r.t_end for r in records]
         duration_s = (max(ends) - min(starts)) if starts else 0.0
+    span = duration_s
     out_tokens = sum(m["output_tokens"] or 0 for m in per)
     in_tokens = sum(r.prompt_tokens or 0 for r in ok)
-    rate = (lambda x: x / duration_s if duration_s > 0 else NAN)
+
+    def rate(x: float) -> float:
+        return x / span if span > 0 else NAN
+
     judged = [meets_slo(m, slo) for m in per] if slo else []
-    s: Summary = {
-        "n_requests": len(records),
-        "completed": len(ok),
-        "failed": len(records) - len(ok),
-        "status_counts": {k: counts.get(k, 0) for k in STATUSES} | dict(counts),
-        "duration": duration_s,
-        "total_input_tokens": in_tokens,
-        "total_output_tokens": out_tokens,
-        "output_tokens_unknown": sum(1 for m in per if m["output_tokens"] is None),
-        "request_throughput": rate(len(ok)),
-        "output_throughput": rate(out_tokens),
-        "total_token_throughput": rate(out_tokens + in_tokens),
-        "request_goodput": rate(sum(v is True for v in judged)) if slo else None,
-        "slo": dict(slo) if slo else None,
-        "slo_unknown": sum(v is None for v in judged),
-    }
-    series = {
-        "ttft": [m["ttft_s"] for m in per],
-        "tpot": [m["tpot_s"] for m in per],
-        "itl": [g for m in per for g in m["itl_s"]],
-        "e2el": [m["e2e_s"] for m in per],
-        "chunk_gap": [g for m in per for g in m["chunk_gaps_s"]],
-    }
-    for name, values in series.items():
-        st = summary(values, percentiles)
-        s[f"n_{name}"] = st.pop("n")
-        for key, v in st.items():
-            s[f"{key}_{name}_ms"] = v * 1000.0
-    s["mean_tps"] = summary(m["tps"] for m in per)["mean"]
-    s["median_tps"] = 1000.0 / s["median_tpot_ms"] if s["median_tpot_ms"] > 0 else NAN
-    return s
+    tpot = Spread.of_seconds(m["tpot_s"] for m in per)
+    return RunSummary(
+        n_requests=len(records), completed=len(ok), failed=len(records) - len(ok),
+        status_counts={k: counts.get(k, 0) for k in STATUSES} | dict(counts), duration_s=span,
+        total_input_tokens=in_tokens, total_output_tokens=out_tokens,
+        output_tokens_unknown=sum(1 for m in per if m["output_tokens"] is None),
+        request_throughput=rate(len(ok)), output_throughput=rate(out_tokens),
+        total_token_throughput=rate(out_tokens + in_tokens),
+        request_goodput=rate(sum(v is True for v in judged)) if slo else None,
+        slo=dict(slo) if slo else None, slo_unknown=sum(v is None for v in judged),
+        ttft=Spread.of_seconds(m["ttft_s"] for m in per), tpot=tpot,
+        itl=Spread.of_seconds(g for m in per for g in m["itl_s"]),
+        e2el=Spread.of_seconds(m["e2e_s"] for m in per),
+        chunk_gap=Spread.of_seconds(g for m in per for g in m["chunk_gaps_s"]),
+        mean_tps=summary(m["tps"] for m in per)["mean"],
+        median_tps=1000.0 / tpot.median if tpot.median > 0 else NAN)
 
 
-def format_report(s: Summary, title: str = "") -> str:
-    """Text table of a :func:`summarize` dict: each figure's mean/P50/P90/P99 in ms and how many
+def format_report(s: RunSummary, title: str = "") -> str:
+    """Text table of a :class:`RunSummary`: each figure's mean/P50/P90/P99 in ms and how many
     values it is over, then throughput and the status of every request."""
     lines = [title] if title else []
-    counts = ", ".join(f"{k} {v}" for k, v in s["status_counts"].items() if v)
-    lines.append(f"requests     {s['n_requests']} ({counts or 'none'}) in {s['duration']:.2f} s")
+    counts = ", ".join(f"{k} {v}" for k, v in s.status_counts.items() if v)
+    lines.append(f"requests     {s.n_requests} ({counts or 'none'}) in {s.duration_s:.2f} s")
     lines.append(f"{'figure':<12} {'mean':>9} {'p50':>9} {'p90':>9} {'p99':>9}   over")
     for name, label in (("ttft", "TTFT ms"), ("tpot", "TPOT ms"), ("itl", "ITL ms"),
                         ("chunk_gap", "chunk gap ms"), ("e2el", "E2E ms")):
-        row = [s.get(f"{k}_{name}_ms", NAN) for k in ("mean", "p50", "p90", "p99")]
+        sp = s.spread(name)
         unit = "gaps" if name in ("itl", "chunk_gap") else "requests"
-        lines.append(f"{label:<12} " + " ".join(f"{v:9.1f}" for v in row) + f"   {s[f'n_{name}']} {unit}")
+        lines.append(f"{label:<12} " + " ".join(f"{v:9.1f}" for v in (sp.mean, sp.p50, sp.p90, sp.p99))
+                     + f"   {sp.n} {unit}")
     lines.append(
-        f"throughput   {s['output_throughput']:.1f} output tok/s aggregate, "
-        f"{s['request_throughput']:.2f} req/s, {s['median_tps']:.1f} tok/s per stream (1/median TPOT)"
+        f"throughput   {s.output_throughput:.1f} output tok/s aggregate, "
+        f"{s.request_throughput:.2f} req/s, {s.median_tps:.1f} tok/s per stream (1/median TPOT)"
     )
     lines.append("             ITL: per token (a k-token chunk gives k gaps); chunk gap: per token-bearing "
                  "chunk (vLLM's ITL is per chunk, empty ones included)")
-    if s.get("request_goodput") is not None:
-        lines.append(f"goodput      {s['request_goodput']:.2f} req/s meeting {s['slo']}"
-                     + (f"; {s['slo_unknown']} requests with an unknown figure not counted"
-                        if s.get("slo_unknown") else ""))
-    if s.get("output_tokens_unknown"):
-        lines.append(f"warning      {s['output_tokens_unknown']} requests with unknown token counts "
+    if s.request_goodput is not None:
+        lines.append(f"goodput      {s.request_goodput:.2f} req/s meeting {s.slo}"
+                     + (f"; {s.slo_unknown} requests with an unknown figure not counted"
+                        if s.slo_unknown else ""))
+    if s.output_tokens_unknown:
+        lines.append(f"warning      {s.output_tokens_unknown} requests with unknown token counts "
                      "(no usage from the server and no tokenizer): TPOT/ITL leave them out")
     return "\n".join(lines)
 
@@ -212,14 +285,14 @@ def prompt_length_sentence(fig: Mapping[str, Mapping[str, float]], short: str = 
     return head + "TPOT grew about as much as TTFT here, so prompt length did not separate the two phases."
 
 
-def knee_sentence(summaries: Sequence[Mapping[str, Any]], flat: float = 0.10) -> str:
+def knee_sentence(summaries: Sequence[RunSummary], flat: float = 0.10) -> str:
     """Chapter 02's knee, from a concurrency sweep's summaries in order: the output tokens/s each
     request added in flight bought, then the first level whose throughput rose by less than ``flat``
     (10%) over the level before (the knee: throughput stops rising while latency grows), or, when
     every level still rose, that the knee lies beyond the sweep's highest level."""
-    c = [s["concurrency"] for s in summaries]
-    t = [s["output_throughput"] for s in summaries]
-    ttft = [s["p99_ttft_ms"] for s in summaries]
+    c = [s.concurrency or 0 for s in summaries]
+    t = [s.output_throughput for s in summaries]
+    ttft = [s.ttft.p99 for s in summaries]
     bought = [(t[i] - t[i - 1]) / (c[i] - c[i - 1]) for i in range(1, len(c))]
     text = "Output tokens/s bought by each request added in flight: " + ", ".join(
         f"{a}->{b}: {x:+.1f}" for a, b, x in zip(c, c[1:], bought, strict=False)) + ". "

@@ -213,7 +213,7 @@ def quiet_loading(download: bool = False) -> Iterator[None]:
                 lib.enable_progress_bar()
 
 
-def load_llm(name: str | None = None, dtype: str | None = None, device: str | None = None):
+def load_llm(name: str | None = None, dtype: str | None = None, device: str | None = None) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` for the profile's LLM, in eval mode.
 
     ``dtype``: torch dtype name, or ``auto`` (the default in both profiles): the dtype
@@ -247,7 +247,7 @@ def load_llm(name: str | None = None, dtype: str | None = None, device: str | No
     return model, tok
 
 
-def chat_ids(tok, text: str) -> list[int]:
+def chat_ids(tok: Any, text: str) -> list[int]:
     """Token ids of ``text`` as one user turn in the tokenizer's chat template, ready to generate
     (plain tokens when the tokenizer has no template). Chapters 06 and its benchmarks."""
     if getattr(tok, "chat_template", None):

@@ -83,7 +83,7 @@ def safetensors_tensor_bytes(path: Any) -> int:
 def tpot_range_ms(summary: RunSummary) -> dict[str, float]:
     """Per-request TPOT of a load-generator summary (its ``requests``): ``lo``, ``median``, ``hi`` in
     milliseconds and ``n`` requests with a TPOT (chapter 05's rules compare the extremes)."""
-    from ..serving.metrics import request_metrics  # noqa: PLC0415
+    from ..serving.metrics import request_metrics
 
     values = sorted(m["tpot_s"] * 1e3 for r in summary.requests if r.status == "ok"
                     and not math.isnan((m := request_metrics(r))["tpot_s"]))

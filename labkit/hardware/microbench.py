@@ -10,7 +10,7 @@ queue kernels, not how fast the GPU runs them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import numpy as np
@@ -31,7 +31,7 @@ def timed(fn: Callable[[], T], device: str = "cpu") -> tuple[T, float]:
     return out, time.perf_counter() - t0
 
 
-def interleaved_times(fns: dict[str, Callable[[], object]], device: str = "cpu", repeats: int = 7,
+def interleaved_times(fns: Mapping[str, Callable[[], object]], device: str = "cpu", repeats: int = 7,
                       warmup: int = 1) -> dict[str, np.ndarray]:
     """Time several functions side by side: each repetition runs every function once, in turn,
     so background load on a shared machine hits all of them alike (chapter 05 compares fused and

@@ -96,7 +96,7 @@ def roofline_plot(
     ax: Any = None,
     intensity_range: tuple[float, float] = (0.1, 10_000.0),
     title: str = "Roofline",
-):
+) -> Any:
     """Log-log roofline chart; returns the matplotlib ``Figure``.
 
     ``roofs``: dicts with ``name``, ``peak_flops`` (FLOP/s), ``bandwidth`` (bytes/s); each is drawn

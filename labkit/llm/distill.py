@@ -28,14 +28,14 @@ from .finetune import TrainRun, answer_loss, tail_logits, train_steps
 
 
 @torch.no_grad()
-def layer_importance(model, batch: dict[str, torch.Tensor]) -> list[float]:
+def layer_importance(model: Any, batch: dict[str, torch.Tensor]) -> list[float]:
     """Block influence of each decoder layer on a :func:`labkit.llm.finetune.sft_batches` batch: one minus
     the mean cosine similarity between the hidden state a layer receives and the one it returns, over
     the batch's real (unpadded) tokens. Near 0: the layer hardly changes its input."""
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def grab(module, args, kwargs, out) -> None:  # each layer's input and output hidden states
+    def grab(module: Any, args: Any, kwargs: Any, out: Any) -> None:  # each layer's input and output states
         x = args[0] if args else kwargs["hidden_states"]
         seen.append((x, out[0] if isinstance(out, tuple) else out))
 
@@ -61,7 +61,7 @@ def layers_to_keep(importance: Sequence[float], drop: int) -> list[int]:
     return [i for i in range(n) if i not in gone]
 
 
-def make_student(teacher, layers: Sequence[int]) -> Any:
+def make_student(teacher: Any, layers: Sequence[int]) -> Any:
     """A deep copy of ``teacher`` (a transformers decoder such as Llama or Qwen3) keeping only the
     decoder ``layers`` given, in that order; the config says the new depth and each kept attention
     layer gets its new index (the KV cache is indexed by it). The teacher is left untouched."""
@@ -97,7 +97,7 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: to
     return (kl * m).sum() / m.sum().clamp_min(1) * t * t
 
 
-def distill(student, teacher, batches: Sequence[dict[str, torch.Tensor]], lr: float = 5e-4,
+def distill(student: Any, teacher: Any, batches: Sequence[dict[str, torch.Tensor]], lr: float = 5e-4,
             temperature: float = 2.0, top_layers: int | None = None, hard_weight: float = 0.0,
             soft_weight: float = 1.0, seed: int = 0) -> TrainRun:
     """Train ``student`` (in place) to match ``teacher``'s softened next-token distributions on the last
@@ -140,7 +140,7 @@ def distill(student, teacher, batches: Sequence[dict[str, torch.Tensor]], lr: fl
     return run
 
 
-def shared_max_diff(student, teacher, layers: Sequence[int], trained: int) -> float:
+def shared_max_diff(student: Any, teacher: Any, layers: Sequence[int], trained: int) -> float:
     """Largest absolute difference between the student's tensors and the teacher's they were copied from
     (student layer ``j`` is teacher layer ``layers[j]``), leaving out the student's last ``trained``
     layers (those distillation updated): 0 exactly when the cut and the freezing are right."""

@@ -83,7 +83,7 @@ def _turn(item: dict[str, Any]) -> str:
     return item["prompt"].removesuffix("\nA:")
 
 
-def chat_segments(tok, item: dict[str, Any], shots: Sequence[dict[str, Any]]) -> tuple[str, str, str]:
+def chat_segments(tok: Any, item: dict[str, Any], shots: Sequence[dict[str, Any]]) -> tuple[str, str, str]:
     """The item as the last user turn of a chat in the tokenizer's own template, after ``shots``
     (worked examples: a user turn and the expected answer as the assistant's turn each), with the
     generation prompt: (everything before the invoice text, the invoice text, the rest)."""
@@ -103,12 +103,12 @@ def exact_match(answer: str, expected: str) -> int:
     return int(answer.strip() == expected.strip())
 
 
-def _pad_id(tok) -> int:
+def _pad_id(tok: Any) -> int:
     return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
 
-def generate_answers(model, tok, prompts: Sequence[str], max_new_tokens: int = 12, batch_size: int = 16
-                     ) -> list[str]:
+def generate_answers(model: Any, tok: Any, prompts: Sequence[str], max_new_tokens: int = 12,
+                     batch_size: int = 16) -> list[str]:
     """Greedy answers of ``model`` to whole ``prompts`` through transformers' own ``generate``: batches
     of ``batch_size`` left-padded prompts, at most ``max_new_tokens`` new tokens each, cut by
     :func:`first_line`. The plain path, each prompt prefilled in full: chapter 02b checks the shared
@@ -155,8 +155,9 @@ def normalized_match(answer: str, expected: str, kind: str) -> int:
     return int(bool(got) and got == normalized(expected, kind))
 
 
-def score(model, tok, items: Sequence[dict[str, Any]], prompts: Sequence[tuple[str, ...]] | None = None,
-          max_new_tokens: int = 12, batch_size: int = 90) -> dict[str, Any]:
+def score(model: Any, tok: Any, items: Sequence[dict[str, Any]],
+          prompts: Sequence[tuple[str, ...]] | None = None, max_new_tokens: int = 12,
+          batch_size: int = 90) -> dict[str, Any]:
     """Accuracy of ``model`` on ``items``, answering ``prompts`` (default :func:`segments` of each item)
     greedily (:func:`labkit.llm.shared_decode.greedy_answers`). Returns ``score`` and ``normalized``
     (fractions 0-1), ``correct``, ``n``, ``hits`` and ``norm_hits`` (0/1 per item, in order),

@@ -44,7 +44,7 @@ class TrainRun:
     chosen: int = 0
 
 
-def sft_batches(tok, items: Sequence[dict[str, Any]], batch_size: int, steps: int, seed: int = 0
+def sft_batches(tok: Any, items: Sequence[dict[str, Any]], batch_size: int, steps: int, seed: int = 0
                 ) -> list[dict[str, torch.Tensor]]:
     """``steps`` batches of ``batch_size`` items (shuffled with ``seed``, cycling through ``items``),
     **left**-padded so every answer ends at the last position: ``input_ids``, ``attention_mask``,
@@ -80,7 +80,7 @@ def sft_batches(tok, items: Sequence[dict[str, Any]], batch_size: int, steps: in
     return out
 
 
-def tail_logits(model, batch: dict[str, torch.Tensor], device: Any = "cpu") -> torch.Tensor:
+def tail_logits(model: Any, batch: dict[str, torch.Tensor], device: Any = "cpu") -> torch.Tensor:
     """Logits ``(batch, keep, vocab)`` of the last ``batch["keep"]`` positions of a :func:`sft_batches`
     batch (the only ones the answer loss needs: the head's matmul over the prompt is skipped)."""
     return model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
@@ -95,7 +95,7 @@ def answer_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.T
                                              ignore_index=IGNORE)
 
 
-def param_count(model) -> int:
+def param_count(model: Any) -> int:
     """Parameters of ``model``, each tensor counted once (a tied head is the embedding)."""
     seen, n = set(), 0
     for p in model.parameters():
@@ -133,7 +133,7 @@ def train_steps(batches: Sequence[Batch], loss_of: Callable[[Batch], torch.Tenso
     return run
 
 
-def lora_finetune(model, batches: Sequence[dict[str, torch.Tensor]], rank: int = 8, alpha: int = 16,
+def lora_finetune(model: Any, batches: Sequence[dict[str, torch.Tensor]], rank: int = 8, alpha: int = 16,
                   lr: float = 2e-3, top_layers: int | None = None, targets: Sequence[str] = TARGETS,
                   seed: int = 0, checkpoints: Sequence[int] = (),
                   judge: Callable[[Any], float] | None = None) -> tuple[Any, TrainRun]:
@@ -183,7 +183,7 @@ def lora_finetune(model, batches: Sequence[dict[str, torch.Tensor]], rank: int =
     return peft_model, run
 
 
-def merge(peft_model) -> Any:
+def merge(peft_model: Any) -> Any:
     """The base model with the adapters folded into its weights (``W + B A * alpha / r``), adapters
     removed: the original architecture and parameter count, in eval mode."""
     return peft_model.merge_and_unload().eval()

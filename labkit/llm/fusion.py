@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,11 +43,11 @@ def scale_fusion(numel: int = 32 * 2**20, device: str = "cpu", dtype: str = "flo
     x = torch.randn(numel, device=device, dtype=tdtype)
     tmp, y_unfused, y_fused = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
 
-    def unfused():
+    def unfused() -> None:
         torch.mul(x, 2, out=tmp)
         torch.mul(tmp, 3, out=y_unfused)
 
-    def fused():
+    def fused() -> None:
         torch.mul(x, 6, out=y_fused)
 
     times = interleaved_times({"unfused": unfused, "fused": fused}, device, repeats=repeats)
@@ -61,7 +62,7 @@ def scale_fusion(numel: int = 32 * 2**20, device: str = "cpu", dtype: str = "flo
             "speedup_interval": ratio_interval(times["unfused"], times["fused"])}
 
 
-def elementwise_chain(x):
+def elementwise_chain(x: Any) -> Any:
     """A GELU-like chain of eleven elementwise operations (:data:`CHAIN_OPS`). Eager PyTorch runs
     each as its own kernel with a full-size temporary between them; a fusing compiler makes one
     pass that reads ``x`` and writes the result."""

@@ -27,7 +27,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -149,7 +151,7 @@ def layer_error(w: torch.Tensor, wq: torch.Tensor, x: torch.Tensor) -> float:
     return float(torch.linalg.norm(ref - x.float() @ wq.float().t()) / torch.linalg.norm(ref))
 
 
-def calibration_windows(tok, text: str, n_windows: int = 8, window: int = 128) -> torch.Tensor:
+def calibration_windows(tok: Any, text: str, n_windows: int = 8, window: int = 128) -> torch.Tensor:
     """The first ``n_windows`` × ``window`` tokens of ``text`` as a ``(n_windows, window)`` batch."""
     ids = tok(text, return_tensors="pt").input_ids[0]
     if ids.numel() < n_windows * window:
@@ -171,8 +173,8 @@ def layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Tensor
     first: list[torch.Tensor] = []
     kwargs: list[list[dict]] = [[] for _ in layers]
 
-    def grab(i: int):
-        def hook(_m, args, kw):
+    def grab(i: int) -> Callable[..., None]:
+        def hook(_m: Any, args: Any, kw: Any) -> None:
             kw = dict(kw)
             x = args[0] if args else kw.pop("hidden_states")
             if i == 0:
@@ -195,12 +197,12 @@ def layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Tensor
     return first, kwargs
 
 
-def _hessian_hook(h: torch.Tensor, last: dict):
+def _hessian_hook(h: torch.Tensor, last: dict) -> Callable[..., None]:
     """A forward hook keeping ``h`` the running mean of ``2 x xᵀ`` over every input token seen;
     ``last`` (shared by a layer's hooks) lets q/k/v reuse the ``x xᵀ`` of the same input tensor."""
     seen = [0]
 
-    def hook(_m, args, _out):
+    def hook(_m: Any, args: Any, _out: Any) -> None:
         if last.get("x") is not args[0]:
             x = args[0].detach().reshape(-1, args[0].shape[-1]).float()
             last.update(x=args[0], xx=x.t() @ x)
@@ -316,7 +318,7 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
     return out
 
 
-def _hidden(y) -> torch.Tensor:
+def _hidden(y: Any) -> torch.Tensor:
     return y[0] if isinstance(y, tuple) else y
 
 

@@ -6,6 +6,7 @@ All sizes in bytes. A "GB" in the tutorial's rules of thumb is 1e9 bytes.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 # Bytes per parameter. GGUF block formats store a scale (and a minimum) per block of 32:
 # Q8_0 = 34 bytes / 32 weights, Q4_0 = 18 / 32, Q4_1 = 20 / 32, Q4_K_M ≈ 4.85 bits on average.
@@ -60,7 +61,7 @@ def fit_table(memory_bytes: float, models: dict[str, float],
     return rows
 
 
-def safetensors_params(path) -> int:
+def safetensors_params(path: Any) -> int:
     """Number of parameters stored in a ``.safetensors`` file, read from its header only
     (no tensor is loaded)."""
     from safetensors import safe_open
@@ -72,7 +73,7 @@ def safetensors_params(path) -> int:
     return total
 
 
-def tensor_bytes(module, buffers: bool = True) -> int:
+def tensor_bytes(module: Any, buffers: bool = True) -> int:
     """Bytes held by a torch module's parameters (and buffers, unless ``buffers=False``): each
     tensor's numel × element size, tied tensors counted once."""
     seen, total = set(), 0

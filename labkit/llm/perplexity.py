@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ def load_text(name: str = "heldout") -> str:
     return data("texts", f"{name}.txt").read_text()
 
 
-def token_windows(tok, text: str, window: int = 256, n_windows: int | None = None) -> torch.Tensor:
+def token_windows(tok: Any, text: str, window: int = 256, n_windows: int | None = None) -> torch.Tensor:
     """Token ids of ``text`` cut into ``(n, window)`` non-overlapping windows (the remainder is
     dropped; ``n_windows`` caps n)."""
     ids = tok(text, return_tensors="pt").input_ids[0]
@@ -41,7 +42,7 @@ def token_windows(tok, text: str, window: int = 256, n_windows: int | None = Non
 
 
 @torch.inference_mode()
-def window_logits(model, ids: torch.Tensor, batch_tokens: int | None = None) -> torch.Tensor:
+def window_logits(model: Any, ids: torch.Tensor, batch_tokens: int | None = None) -> torch.Tensor:
     """Logits ``(n, window, vocab)`` in float32 for each window of ``ids``: one window per forward
     pass, or as many as fit ``batch_tokens`` tokens per pass (fewer passes: the fixed cost of each,
     such as a dequantizing layer rebuilding its weight, is paid less often; 16-bit kernels then round
@@ -113,7 +114,7 @@ def sliding_windows(ids: torch.Tensor, window: int = 1024, stride: int = 512) ->
 
 
 @torch.inference_mode()
-def sliding_logits(model, sw: Sliding, batch_tokens: int | None = None) -> torch.Tensor:
+def sliding_logits(model: Any, sw: Sliding, batch_tokens: int | None = None) -> torch.Tensor:
     """Float32 logits ``(N - 1, vocab)`` predicting ``sw.ids[1:]``, each from the window of ``sw`` that
     scores it (:func:`window_logits` on the windows, ``batch_tokens`` per pass)."""
     logits = window_logits(model, sw.windows, batch_tokens)
@@ -135,7 +136,7 @@ def token_nll(logits: torch.Tensor, ids: torch.Tensor, log_probs: bool = False) 
     return torch.nn.functional.cross_entropy(logits, ids, reduction="none").double()
 
 
-def paragraph_groups(tok, text: str) -> list[int]:
+def paragraph_groups(tok: Any, text: str) -> list[int]:
     """For each token of ``text`` (as ``tok`` encodes it), the index of the paragraph (blocks separated
     by a blank line) it starts in: the clusters :func:`ppl_interval` resamples. Needs a fast tokenizer
     (character offsets)."""
@@ -172,7 +173,7 @@ def _scored(groups: list[int], n: int) -> list[int]:
     return list(groups[1:]) if len(groups) == n + 1 else list(groups)
 
 
-def perplexity(model, ids: torch.Tensor) -> dict:
+def perplexity(model: Any, ids: torch.Tensor) -> dict:
     """Perplexity of ``model`` on windows ``ids`` ``(n, window)`` (see :func:`token_windows`)."""
     return perplexity_from_logits(window_logits(model, ids), ids)
 
@@ -198,7 +199,8 @@ def divergence_logp(p: torch.Tensor, q: torch.Tensor, ref: dict[str, torch.Tenso
 
 
 @torch.inference_mode()
-def greedy_continuations(model, tok, prompts: list[str], max_new_tokens: int = 16) -> list[torch.Tensor]:
+def greedy_continuations(model: Any, tok: Any, prompts: list[str],
+                         max_new_tokens: int = 16) -> list[torch.Tensor]:
     """Each prompt (chat-formatted when the tokenizer has a template) followed by ``max_new_tokens``
     greedy tokens (exactly that many: end-of-sequence is ignored), as 1-D id tensors."""
     dev = next(model.parameters()).device
@@ -213,7 +215,7 @@ def greedy_continuations(model, tok, prompts: list[str], max_new_tokens: int = 1
 
 
 @torch.inference_mode()
-def greedy_agreement(model, sequences: list[torch.Tensor], n_new: int) -> dict:
+def greedy_agreement(model: Any, sequences: list[torch.Tensor], n_new: int) -> dict:
     """How closely ``model`` follows reference greedy continuations ``sequences`` (from
     :func:`greedy_continuations`, last ``n_new`` tokens generated): ``{"top1"`` fraction of those
     tokens that ``model``'s own argmax predicts given the reference prefix (one forward pass per

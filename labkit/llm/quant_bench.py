@@ -21,7 +21,7 @@ import contextlib
 import copy
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +49,8 @@ def first_inputs(model: nn.Module, paths: dict[str, str]) -> Iterator[dict[str, 
     The hooks are removed on exit."""
     kept: dict[str, torch.Tensor] = {}
 
-    def keep(name: str):
-        def hook(_module, args, _out):
+    def keep(name: str) -> Callable[..., None]:
+        def hook(_module: Any, args: Any, _out: Any) -> None:
             kept.setdefault(name, args[0].reshape(-1, args[0].shape[-1]).float())
         return hook
 
@@ -201,7 +201,7 @@ def kv_cache_long_context(model: nn.Module, ctx: torch.Tensor, cont: torch.Tenso
     ``"bytes"``: :func:`~labkit.llm.runtime_quant.quantize_cache_`'s byte counts at INT8."""
     cache = model(ctx, use_cache=True).cache
 
-    def score(c, **kw) -> torch.Tensor:
+    def score(c: Any, **kw: Any) -> torch.Tensor:
         with RQ.attention_quant(model, **kw):
             return model(cont, cache=copy.deepcopy(c)).logits.float().cpu()
 

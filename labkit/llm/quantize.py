@@ -12,6 +12,8 @@ Beyond weights (the KV cache, activations, attention probabilities): :mod:`labki
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -262,7 +264,7 @@ def weight_breakdown(model: nn.Module) -> dict[str, int]:
     out = dict(embedding=0, quantized=0, linear=0, other=0)
     seen: set[int] = set()
 
-    def add(kind: str, tensors) -> None:
+    def add(kind: str, tensors: Any) -> None:
         for t in tensors:
             if t is not None and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())

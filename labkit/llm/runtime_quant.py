@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -59,7 +60,7 @@ def fake_quant_kivi(key: torch.Tensor, value: torch.Tensor, bits: int = 4, group
     return fake_quant_asym(key, bits, -2, group), fake_quant_asym(value, bits, -1, group)
 
 
-def quantize_cache_(cache, bits: int = 8) -> dict[str, int]:
+def quantize_cache_(cache: Any, bits: int = 8) -> dict[str, int]:
     """Round every layer's keys and values of a transformers cache through :func:`quantize_kv`,
     in place (attention then reads exactly what an INT8 cache would hand it). Returns
     ``{"fp_bytes": bytes of the cache as it was, "q_bytes": bytes of the codes and scales}``."""
@@ -101,7 +102,9 @@ _ATTN = "labkit_quant_attention"
 _ATTN_BITS: dict[str, int | None] = {"kv": None, "probs": None, "kivi": None}
 
 
-def _quant_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+def _quant_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0,
+                     **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention with optional fake-quantized K/V (per token and head, or KIVI-style) and
     probabilities (unsigned, one scale per query row)."""
     if _ATTN_BITS["kv"]:

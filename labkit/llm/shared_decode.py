@@ -70,13 +70,13 @@ def first_line(text: str) -> str:
     return text.split("\n", 1)[0].strip()
 
 
-def stop_ids(tok) -> list[int]:
+def stop_ids(tok: Any) -> list[int]:
     """Token ids that end an answer: every token holding a newline, and the end token."""
     nl = tok.convert_tokens_to_ids([t for t in tok.get_vocab() if "\n" in t.replace("Ċ", "\n")])
     return sorted(set(nl) | {tok.eos_token_id})
 
 
-def split_ids(tok, prompt: Sequence[str]) -> list[list[int]]:
+def split_ids(tok: Any, prompt: Sequence[str]) -> list[list[int]]:
     """Token ids of each segment of ``prompt``, cut so that together they are exactly the ids of the
     whole prompt (special tokens as the tokenizer adds them). ``ValueError`` when a segment boundary
     falls inside a token (the tokenizer merges across it): move the boundary."""
@@ -104,7 +104,7 @@ def _left_pad(seqs: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, to
     return ids, mask
 
 
-def _forward(model, ids: torch.Tensor, mask: torch.Tensor, cache: Any, name: str) -> torch.Tensor:
+def _forward(model: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any, name: str) -> torch.Tensor:
     """Run ``ids`` (the newest ``ids.shape[1]`` positions of ``mask``) on top of ``cache`` (updated in
     place); the last position's logits. Positions count the real tokens before each one."""
     pos = (mask.cumsum(-1) - 1).clamp_min(0)[:, -ids.shape[1]:]
@@ -115,7 +115,7 @@ def _forward(model, ids: torch.Tensor, mask: torch.Tensor, cache: Any, name: str
 
 
 @torch.inference_mode()
-def _batch(model, tok, prompts: Sequence[list[list[int]]], max_new_tokens: int, stop: torch.Tensor,
+def _batch(model: Any, tok: Any, prompts: Sequence[list[list[int]]], max_new_tokens: int, stop: torch.Tensor,
            name: str) -> list[list[int]]:
     """Greedy continuations (token ids, the stop token included) of one batch of split prompts."""
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -169,7 +169,7 @@ def _gqa_in_sdpa() -> Iterator[None]:
             os.environ[key] = before
 
 
-def greedy_answers(model, tok, prompts: Sequence[Sequence[str]], max_new_tokens: int = 12,
+def greedy_answers(model: Any, tok: Any, prompts: Sequence[Sequence[str]], max_new_tokens: int = 12,
                    batch_size: int = 90) -> list[str]:
     """Greedy answers of ``model`` to ``prompts`` (tuples of text segments, all of one length, the last
     never empty), in order: at most ``max_new_tokens`` new tokens, cut at the first newline and

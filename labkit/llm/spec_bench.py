@@ -13,7 +13,7 @@ Units: seconds, tokens, fractions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,13 +104,13 @@ def early_exit_step_times(model: Any, prompt_ids: Sequence[int], depths: Sequenc
     for d in drafters.values():
         d.forward(prompt_ids)
 
-    def full_step(m: int):
+    def full_step(m: int) -> Callable[[], None]:
         def run() -> None:
             model(input_ids=torch.full((1, m), 42, device=dev), cache=cache, use_cache=True)
             cache.crop(-m)
         return run
 
-    def draft_step(d: EarlyExitDrafter):
+    def draft_step(d: EarlyExitDrafter) -> Callable[[], None]:
         def run() -> None:
             d.forward([42])
             d.cache.crop(-1)

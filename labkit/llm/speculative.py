@@ -113,7 +113,7 @@ class EarlyExitDrafter:
     norm and LM head (LayerSkip-style early exit), with its own small KV cache that follows the
     accepted text. Costs about ``layers / num_hidden_layers`` of a pass plus the LM head."""
 
-    def __init__(self, model, layers: int):
+    def __init__(self, model: Any, layers: int):
         n = model.config.num_hidden_layers
         if not 1 <= layers < n:
             raise ValueError(f"layers must be in [1, {n - 1}] for a {n}-layer model, got {layers}")
@@ -197,7 +197,7 @@ def accept_sampled(drafts: Sequence[int], p: torch.Tensor, q: torch.Tensor | Non
 
 
 @torch.inference_mode()
-def prefill(model, prompt_ids: Sequence[int]) -> DynamicCache:
+def prefill(model: Any, prompt_ids: Sequence[int]) -> DynamicCache:
     """The KV cache :func:`speculative_generate` starts from: every token of ``prompt_ids`` but the
     last (which is fed with the first drafts). Pass it as ``cache`` to share one prefill among runs
     on the same prompt (the prefill is outside the timed decode anyway)."""
@@ -209,7 +209,8 @@ def prefill(model, prompt_ids: Sequence[int]) -> DynamicCache:
 
 
 @torch.inference_mode()
-def speculative_generate(model, prompt_ids: Sequence[int], drafter=None, k: int = 4, max_new_tokens: int = 32,
+def speculative_generate(model: Any, prompt_ids: Sequence[int], drafter: Any = None, k: int = 4,
+                         max_new_tokens: int = 32,
                          temperature: float = 0.0, generator: torch.Generator | None = None,
                          eos_token_id: int | None = None, cache: DynamicCache | None = None
                          ) -> tuple[list[int], SpecStats]:
@@ -239,7 +240,8 @@ def speculative_generate(model, prompt_ids: Sequence[int], drafter=None, k: int 
     return out, st
 
 
-def _decode(model, ids: list[int], out: list[int], st: SpecStats, cache: DynamicCache, drafter, k: int,
+def _decode(model: Any, ids: list[int], out: list[int], st: SpecStats, cache: DynamicCache, drafter: Any,
+            k: int,
             max_new_tokens: int, temperature: float, generator: torch.Generator | None,
             eos_token_id: int | None) -> None:
     """:func:`speculative_generate`'s loop: extends ``ids`` and ``out``, counts into ``st``."""

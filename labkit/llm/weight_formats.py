@@ -84,7 +84,7 @@ def time_loads(safetensors_path: str | Path, pickle_path: str | Path, repeats: i
     with safe_open(st, framework="pt") as f:
         first = next(iter(f.keys()))
 
-    def st_one():
+    def st_one() -> dict[str, Any]:
         with safe_open(st, framework="pt") as f:
             return {first: f.get_tensor(first)}
 
@@ -120,7 +120,7 @@ class _Payload:
     def __init__(self, code: str):
         self.code = code
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (exec, (self.code,))
 
 
@@ -164,7 +164,7 @@ def safe_load(path: str | Path) -> tuple[bool, str]:
 
 
 @functools.lru_cache(maxsize=2)
-def _gguf_reader(path: str):
+def _gguf_reader(path: str) -> Any:
     """``gguf.GGUFReader`` of ``path`` (for tensor data: :func:`gguf_tensor`). Opening it takes
     seconds in Python (the tokenizer's 49k strings): open once."""
     import gguf
@@ -198,7 +198,7 @@ def gguf_summary(path: str | Path) -> dict[str, Any]:
             "bytes": sum(r["bytes"] for r in types.values()), "metadata": meta}
 
 
-def gguf_tensor(path: str | Path, name: str | None = None, type_name: str = "Q4_1"):
+def gguf_tensor(path: str | Path, name: str | None = None, type_name: str = "Q4_1") -> Any:
     """The raw ``gguf.ReaderTensor`` called ``name``, or the first tensor of ``type_name``."""
     for t in _gguf_reader(str(path)).tensors:
         if (name is not None and t.name == name) or (name is None and t.tensor_type.name == type_name):

@@ -122,7 +122,7 @@ def encoder_windows(audio_s: float) -> int:
     return max(1, int(np.ceil(audio_s / WINDOW_S - 1e-9)))
 
 
-def transcribe(model, audio: np.ndarray, beam_size: int = 1, **options) -> dict[str, Any]:
+def transcribe(model: Any, audio: np.ndarray, beam_size: int = 1, **options: Any) -> dict[str, Any]:
     """Transcribe ``audio`` (16 kHz samples) and time it properly.
 
     Returns ``text``, ``audio_s``, ``call_s`` (time until ``transcribe()`` returned the lazy
@@ -135,7 +135,7 @@ def transcribe(model, audio: np.ndarray, beam_size: int = 1, **options) -> dict[
     return r
 
 
-def _consume_timed(call, audio: np.ndarray) -> dict[str, Any]:
+def _consume_timed(call: Any, audio: np.ndarray) -> dict[str, Any]:
     """Run a faster-whisper ``transcribe`` call and consume its lazy segment generator, timing both
     (wall clock through :func:`timed`; ``cpu_s`` is this process's CPU time, all threads)."""
     c0 = time.process_time()
@@ -169,7 +169,7 @@ def chunks(audio: np.ndarray, chunk_s: float) -> list[tuple[float, float]]:
 
 
 def stream(
-    model, audio: np.ndarray, chunk_s: float = 2.0, beam_size: int = 1, **options
+    model: Any, audio: np.ndarray, chunk_s: float = 2.0, beam_size: int = 1, **options: Any
 ) -> list[dict[str, Any]]:
     """Simulated streaming: transcribe fixed ``chunk_s`` pieces one after another, as a live
     client would send them, each on its own (no context carried over). One dict per chunk:
@@ -182,7 +182,8 @@ def stream(
 
 
 def batch_transcribe(
-    model, audio: np.ndarray, chunk_s: float = 2.0, batch_size: int = 8, beam_size: int = 1, **options
+    model: Any, audio: np.ndarray, chunk_s: float = 2.0, batch_size: int = 8, beam_size: int = 1,
+    **options: Any,
 ) -> dict[str, Any]:
     """The same fixed chunks as :func:`stream`, transcribed through faster-whisper's
     ``BatchedInferencePipeline`` (``batch_size`` windows per encoder/decoder call). Returns

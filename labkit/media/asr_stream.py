@@ -77,7 +77,7 @@ def check_frame(message: str | bytes, min_chunk_s: float, max_chunk_s: float
     return np.frombuffer(message, dtype="<i2").astype(np.float32) / 32767, 1000, ""
 
 
-def whisper_transcriber(model, beam_size: int = 1, **options) -> Callable[[np.ndarray], str]:
+def whisper_transcriber(model: Any, beam_size: int = 1, **options: Any) -> Callable[[np.ndarray], str]:
     """A transcriber for :class:`StreamingASRServer`: each chunk on its own through
     :func:`labkit.media.asr.transcribe` (one 30 s encoder window per chunk)."""
     return lambda audio: str(transcribe(model, audio, beam_size=beam_size, **options)["text"])

@@ -15,6 +15,7 @@ Units: FLOPs, bytes, seconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ SDXL_OTHER_PARAMS = {"text_encoder": 123.1e6, "text_encoder_2": 694.7e6, "vae": 
 TEXT_TOKENS = 77  # CLIP's prompt length
 
 
-def sdxl_unet(device: str = "meta", dtype: str = "float16"):
+def sdxl_unet(device: str = "meta", dtype: str = "float16") -> Any:
     """SDXL base's UNet with random weights (on ``meta`` by default: shapes only, no memory)."""
     import torch
     from diffusers import UNet2DConditionModel
@@ -47,7 +48,7 @@ def sdxl_unet(device: str = "meta", dtype: str = "float16"):
         return torch.nn.Module.to(UNet2DConditionModel(**SDXL_UNET), getattr(torch, dtype)).eval()
 
 
-def unet_inputs(unet, batch: int, latent: int | None = None, seed: int = 0) -> dict[str, Any]:
+def unet_inputs(unet: Any, batch: int, latent: int | None = None, seed: int = 0) -> dict[str, Any]:
     """Random inputs of one UNet call for ``batch`` samples of ``latent`` x ``latent`` latents
     (the config's ``sample_size`` by default), on the UNet's device and in its dtype, for an SDXL-style
     UNet (text and time conditioning)."""
@@ -58,7 +59,7 @@ def unet_inputs(unet, batch: int, latent: int | None = None, seed: int = 0) -> d
     pooled = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
     gen = torch.Generator("cpu").manual_seed(seed)
 
-    def rand(*shape: int):
+    def rand(*shape: int) -> Any:
         t = torch.randn(*shape, generator=gen) if p.device.type != "meta" else torch.empty(*shape)
         return t.to(device=p.device, dtype=p.dtype)
 
@@ -68,7 +69,7 @@ def unet_inputs(unet, batch: int, latent: int | None = None, seed: int = 0) -> d
             "added_cond_kwargs": {"text_embeds": rand(batch, pooled), "time_ids": rand(batch, 6)}}
 
 
-def step_counts(unet, batch: int, latent: int | None = None) -> dict[str, float]:
+def step_counts(unet: Any, batch: int, latent: int | None = None) -> dict[str, float]:
     """One UNet call over ``batch`` samples, counted: ``flops``, ``weight_bytes``, ``activation_bytes``
     (2 x the bytes every leaf module outputs), ``intensity`` (FLOPs per byte of both) and ``params``."""
     import torch
@@ -76,7 +77,7 @@ def step_counts(unet, batch: int, latent: int | None = None) -> dict[str, float]
 
     written = [0]
 
-    def hook(module, args, out) -> None:
+    def hook(module: Any, args: Any, out: Any) -> None:
         for t in out if isinstance(out, tuple) else (out,):
             if isinstance(t, torch.Tensor):
                 written[0] += t.numel() * t.element_size()
@@ -97,7 +98,7 @@ def step_counts(unet, batch: int, latent: int | None = None) -> dict[str, float]
             "intensity": flops / (weights + activations), "params": float(params)}
 
 
-def call_seconds(unet, batches: tuple[int, ...], device: str = "cpu", repeats: int = 5,
+def call_seconds(unet: Any, batches: tuple[int, ...], device: str = "cpu", repeats: int = 5,
                  latent: int | None = None) -> dict[int, np.ndarray]:
     """Seconds of one UNet call at each batch size, ``repeats`` runs each, the sizes interleaved
     (:func:`labkit.hardware.microbench.interleaved_times`) so background load hits them alike."""
@@ -105,7 +106,7 @@ def call_seconds(unet, batches: tuple[int, ...], device: str = "cpu", repeats: i
 
     inputs = {b: unet_inputs(unet, b, latent) for b in batches}
 
-    def call(b: int):
+    def call(b: int) -> Callable[[], None]:
         def run() -> None:
             with torch.no_grad():
                 unet(**inputs[b])

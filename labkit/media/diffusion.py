@@ -74,7 +74,7 @@ def cfg_cutoff(steps: int, cfg_fraction: float) -> Callable:
     than the ratio says (chapter 07 counts the difference)."""
     cutoff = cfg_step_count(steps, cfg_fraction)
 
-    def callback(pipe, step_index: int, timestep, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def callback(pipe: Any, step_index: int, timestep: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         if step_index == cutoff - 1 and pipe.do_classifier_free_guidance:
             for name in CFG_TENSORS:
                 kwargs[name] = kwargs[name].chunk(2)[1]
@@ -85,12 +85,12 @@ def cfg_cutoff(steps: int, cfg_fraction: float) -> Callable:
 
 
 @contextmanager
-def counting_unet(pipe) -> Iterator[dict[str, int]]:
+def counting_unet(pipe: Any) -> Iterator[dict[str, int]]:
     """Count UNet forward calls and the samples they processed while the block runs:
     yields ``{"calls": n, "samples": m}`` (a CFG step on a batch of 4 is 1 call, 8 samples)."""
     counts = {"calls": 0, "samples": 0}
 
-    def hook(module, args, kwargs):
+    def hook(module: Any, args: Any, kwargs: Any) -> None:
         sample = args[0] if args else kwargs["sample"]
         counts["calls"] += 1
         counts["samples"] += int(sample.shape[0])
@@ -202,13 +202,13 @@ def load_pipeline(
 
 
 def generate(
-    pipe,
+    pipe: Any,
     prompts: list[str],
     steps: int,
     guidance_scale: float,
     cfg_fraction: float = 1.0,
     seed: int = 0,
-    **kwargs,
+    **kwargs: Any,
 ) -> dict[str, Any]:
     """Run the pipeline once on ``prompts`` (one batch) and measure it.
 
@@ -249,7 +249,7 @@ def generate(
     )
 
 
-def digits_batch(pipe, per_digit: int = 5, steps: int = 25, guidance: float = 5.0,
+def digits_batch(pipe: Any, per_digit: int = 5, steps: int = 25, guidance: float = 5.0,
                  repeats: int = 3) -> dict[str, Any]:
     """Chapter 07's digit grid as one batch (``per_digit`` images of each digit 0-9) through the
     digits pipeline ``pipe``: :func:`generate` once untimed, then ``repeats`` times. Returns the last
@@ -281,7 +281,7 @@ def image_grid(
     row_labels: list[str] | None = None,
     col_labels: list[str] | None = None,
     scale: float = 0.6,
-):
+) -> Any:
     """A matplotlib figure showing PIL images in a grid (one list per row)."""
     import matplotlib.pyplot as plt
 

@@ -11,6 +11,7 @@ becomes a measured accuracy.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def load_digits(size: int = SIZE) -> tuple[np.ndarray, np.ndarray]:
     return (x * 2 - 1).numpy(), d.target.astype(np.int64)
 
 
-def to_array(images) -> np.ndarray:
+def to_array(images: Any) -> np.ndarray:
     """Pipeline output (list of PIL images, or a float array/tensor in [0, 1] shaped NHWC or NCHW)
     as float32 ``(N, SIZE, SIZE)`` grayscale in [-1, 1], the classifier's input format."""
     if isinstance(images, list | tuple):
@@ -60,7 +61,7 @@ def to_array(images) -> np.ndarray:
     return arr * 2 - 1
 
 
-def classifier():
+def classifier() -> Any:
     """The judge: a 2-conv CNN on 16x16 grayscale (about 24 k parameters), untrained."""
     from torch import nn
 
@@ -78,7 +79,7 @@ def classifier():
     )
 
 
-def load_classifier(folder: str | Path = DIGITS_DIR):
+def load_classifier(folder: str | Path = DIGITS_DIR) -> Any:
     """The trained judge from ``folder/classifier.safetensors`` (safetensors, no pickle), eval mode."""
     from safetensors.torch import load_file
 
@@ -91,7 +92,7 @@ def load_classifier(folder: str | Path = DIGITS_DIR):
     return model.eval()
 
 
-def classify(images, model=None) -> np.ndarray:
+def classify(images: Any, model: Any = None) -> np.ndarray:
     """Predicted digit (int64 array) for each image (anything :func:`to_array` accepts)."""
     import torch
 
@@ -101,7 +102,7 @@ def classify(images, model=None) -> np.ndarray:
         return model(x).argmax(dim=1).numpy()
 
 
-def accuracy(images, asked: list[int] | np.ndarray, model=None) -> float:
+def accuracy(images: Any, asked: list[int] | np.ndarray, model: Any = None) -> float:
     """Fraction of ``images`` the classifier reads as the digit that was ``asked`` for."""
     asked = np.asarray(asked)
     if len(asked) != len(images):

@@ -57,7 +57,7 @@ def vlm_rows(
     config: dict[str, Any],
     params: float,
     memory_bytes: float,
-    image_counts=(0, 1, 2, 4, 8),
+    image_counts: Any = (0, 1, 2, 4, 8),
     text_tokens: int = 500,
     dtype: str = "bf16",
     encoder_params: float = VISION_ENCODER_PARAMS,
@@ -91,7 +91,7 @@ def realtime_margin(tokens_per_s: float, required: float = TTS_REALTIME_TPS[1]) 
 def tts_rows(
     accelerators: dict[str, Any],
     params: float,
-    dtypes=("bf16", "int8", "q4_0"),
+    dtypes: Any = ("bf16", "int8", "q4_0"),
     required: float = TTS_REALTIME_TPS[1],
 ) -> list[dict[str, Any]]:
     """Single-stream decode ceiling (tokens/s) of a ``params`` model in each dtype on each accelerator

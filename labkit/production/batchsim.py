@@ -40,7 +40,7 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,7 +174,7 @@ def simulate_batching(policy: str, requests: Sequence[dict[str, Any]], cost: Ste
     st: dict[str, Any] = {"arrived": 0, "done": 0, "busy": 0.0, "slot_s": 0.0, "wake": env.event()}
     running: list[list[int]] = []          # continuous only: [index, tokens still to make]
 
-    def arrivals():
+    def arrivals() -> Generator[Any, Any, None]:
         for i, r in enumerate(reqs):
             if r["arrival_s"] > env.now:
                 yield env.timeout(r["arrival_s"] - env.now)
@@ -183,19 +183,19 @@ def simulate_batching(policy: str, requests: Sequence[dict[str, Any]], cost: Ste
             if not st["wake"].triggered:
                 st["wake"].succeed()
 
-    def sleep(deadline: float | None = None):
+    def sleep(deadline: float | None = None) -> Generator[Any, Any, None]:
         """Wait for the next arrival (or ``deadline``, an absolute time)."""
         events = [st["wake"]] + ([env.timeout(max(deadline - env.now, 0.0))] if deadline is not None else [])
         yield env.any_of(events)
         if st["wake"].triggered:
             st["wake"] = env.event()
 
-    def step(seconds: float, slots: int):
+    def step(seconds: float, slots: int) -> Generator[Any, Any, None]:
         yield env.timeout(seconds)
         st["busy"] += seconds
         st["slot_s"] += slots * seconds
 
-    def request_level():
+    def request_level() -> Generator[Any, Any, None]:
         while st["done"] < len(reqs):
             deadline = reqs[queue[0]]["arrival_s"] + timeout_s if queue and policy == "dynamic" else None
             ready = len(queue) >= max_batch or (queue and st["arrived"] == len(reqs)) or \
@@ -216,7 +216,7 @@ def simulate_batching(policy: str, requests: Sequence[dict[str, Any]], cost: Ste
                 recs[i].update(start_s=float(t0), first_token_s=end, end_s=end)
             st["done"] += len(batch)
 
-    def iteration_level():
+    def iteration_level() -> Generator[Any, Any, None]:
         while st["done"] < len(reqs):
             if not running and not queue:
                 yield from sleep()

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
@@ -135,7 +135,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
         retire_if_drained(r)
         dispatch(r if routing == "service" else None)
 
-    def cut(r: _Replica):                       # the grace period is over: what is left is lost
+    def cut(r: _Replica) -> Generator[Any, Any, None]:  # the grace period is over: what is left is lost
         yield env.timeout(c.grace_s)
         if r.state == "draining":
             st["dropped"] += len(r.inflight) + len(r.queue)
@@ -157,7 +157,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
         if r in ready:
             ready.remove(r)
 
-    def arrive():
+    def arrive() -> Generator[Any, Any, None]:
         for i, t in enumerate(arr):
             yield env.timeout(t - env.now)
             if routing == "pool":
@@ -171,7 +171,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
                 st["dropped"] += 1
                 dispatch()
 
-    def start(r: _Replica, delay: float):
+    def start(r: _Replica, delay: float) -> Generator[Any, Any, None]:
         yield env.timeout(delay)
         if r.state == "starting":               # not cancelled by a scale-down meanwhile
             r.state = "ready"
@@ -206,7 +206,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
     def now_signals() -> tuple[int, int]:
         return sum(r.busy for r in ready), len(queue) + sum(len(r.queue) for r in reps)
 
-    def scrape():
+    def scrape() -> Generator[Any, Any, None]:
         while True:
             yield env.timeout(c.scrape_s)
             samples.append((float(env.now), *now_signals()))
@@ -245,7 +245,7 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
         lo = active + downs - c.down_pods if c.down_pods is not None else 0
         return lo, hi
 
-    def scaler():
+    def scaler() -> Generator[Any, Any, None]:
         wishes: deque[tuple[float, int]] = deque()
         while True:
             dispatch()                          # drops the requests that gave up

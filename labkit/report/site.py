@@ -45,7 +45,7 @@ a.anchor-link { display: none; }
 """
 
 
-def exporter():
+def exporter() -> Any:
     """An nbconvert ``HTMLExporter`` on the ``lab`` template with every network reference removed."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
@@ -72,7 +72,7 @@ def widget_text(state: dict[str, Any], model_id: str) -> str | None:
     return html.unescape(re.sub(r"<[^>]+>", "", str(text))).strip() or None
 
 
-def offline_notebook(nb):
+def offline_notebook(nb: Any) -> Any:
     """A copy of ``nb`` that renders without JavaScript: widget outputs become their final text
     (``text/plain``) and the saved widget state is dropped."""
     nb = copy.deepcopy(nb)
@@ -89,7 +89,7 @@ def offline_notebook(nb):
     return nb
 
 
-def write_css(folder: Path, exp=None) -> Path:
+def write_css(folder: Path, exp: Any = None) -> Path:
     """``folder/lab.css``: JupyterLab's light theme as nbconvert ships it, plus the page chrome."""
     exp = exp or exporter()
     parts = []
@@ -114,7 +114,7 @@ def page_digest(page: str) -> str | None:
     return m[1] if m else None
 
 
-def render_notebook(src: Path, dest: Path, title: str, exp=None, digest: str = "") -> int:
+def render_notebook(src: Path, dest: Path, title: str, exp: Any = None, digest: str = "") -> int:
     """Render the executed notebook ``src`` to ``dest`` (HTML, opens offline; ``lab.css`` must sit
     next to it, see :func:`write_css`), stamped with the chapter's ``digest`` (the staleness test
     compares it with the tree's) and with the machine's absolute paths taken out
@@ -147,7 +147,7 @@ def network_refs(page: str) -> list[str]:
     return RESOURCE.findall(page) + CSS_URL.findall(page)
 
 
-def notebook_status(nb) -> dict[str, Any]:
+def notebook_status(nb: Any) -> dict[str, Any]:
     """``{"ok": bool, "error": str}`` of an executed notebook: the first error output's last line."""
     for cell in nb.cells:
         for out in cell.get("outputs", []):

@@ -14,7 +14,7 @@ import yaml
 
 from labkit.llm.architecture import load_config
 from labkit.paths import REPO
-from labkit.production import alerts, dashboard, deploy
+from labkit.production import alerts, dashboard, deploy, k8s
 
 QWEN = load_config("Qwen3-4B")
 FILES = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
@@ -76,7 +76,7 @@ def test_every_expression_parses_and_a_broken_one_does_not():
 
 
 def test_every_selector_picks_this_deployment_only():
-    name, ns = "qwen3-4b", deploy.NAMESPACE
+    name, ns = "qwen3-4b", k8s.NAMESPACE
     recorded = {r["record"] for g in RULE["spec"]["groups"] for r in g["rules"] if "record" in r}
     for expr in scoped_queries():
         for metric, matchers in selectors(expr):
@@ -85,7 +85,7 @@ def test_every_selector_picks_this_deployment_only():
             if metric and metric.startswith("DCGM_"):  # the exporter labels a GPU with the pod using it
                 assert (matchers["namespace"], matchers["pod"]) == (ns, f"{name}-.*"), expr
                 continue
-            picked = (matchers.get("namespace"), matchers.get(alerts.INSTANCE_LABEL))
+            picked = (matchers.get("namespace"), matchers.get(k8s.INSTANCE_LABEL))
             assert picked == (ns, name), (metric, expr)
     for expr in analysis_queries():  # the canary's and the stable version's pods, told apart
         assert all("rollouts_pod_template_hash" in m for _, m in selectors(expr)), expr
@@ -93,7 +93,7 @@ def test_every_selector_picks_this_deployment_only():
     pm = [d for d in FILES["vllm.yaml"] if d["kind"] == "PodMonitor"][0]
     assert pm["spec"]["podTargetLabels"] == ["app.kubernetes.io/instance", "rollouts-pod-template-hash"]
     assert [re.sub(r"[./-]", "_", x) for x in pm["spec"]["podTargetLabels"]] == [
-        alerts.INSTANCE_LABEL, "rollouts_pod_template_hash"]
+        k8s.INSTANCE_LABEL, "rollouts_pod_template_hash"]
     epp = [d for d in FILES["routing.yaml"] if d["kind"] == "PodMonitor"][0]  # the router's queue
     assert epp["spec"]["podTargetLabels"] == ["app.kubernetes.io/instance"]
 
@@ -116,7 +116,7 @@ def test_alerts_use_recorded_ratios_and_the_workbook_burn_rates():
     assert all(o in outcomes for o in alerts.ROUTER_DROPS.split("|"))
     assert {"VLLMKVCacheNearlyFull", "VLLMPreempting", "VLLMRouterDropping", "VLLMMetricsAbsent",
             "VLLMErrorBudgetBurnFast", "VLLMTTFTBudgetBurnSlow", "VLLMITLBudgetBurnFast"} <= names
-    assert RULE["metadata"]["labels"]["release"] == deploy.PROMETHEUS_RELEASE  # the stack loads it
+    assert RULE["metadata"]["labels"]["release"] == k8s.PROMETHEUS_RELEASE  # the stack loads it
     committed = yaml.safe_load((REPO / "deploy" / "k8s" / "alerts.yaml").read_text())
     assert committed == RULE
 

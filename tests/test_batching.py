@@ -11,6 +11,7 @@ from summaries import fake_summary
 from labkit.engines.fakeserver import fake_server
 from labkit.production import batching as B
 from labkit.production import coldstart
+from labkit.serving import metrics
 
 
 def test_workload_draws_mixed_lengths_deterministically():
@@ -210,7 +211,7 @@ def test_alternating_runs_interleave_calibration_and_the_measured_run():
         assert r.continuous.policy == "continuous" and r.continuous.completed == 4
         # each continuous run starts after its round's calibration ended, in order
         assert r.static.policy == "static" and r.static.completed == 4
-        runs: list[B.RunSummary | B.BatchRun] = [*r.calibration, r.continuous, r.static]
+        runs: list[metrics.RunSummary | B.BatchRun] = [*r.calibration, r.continuous, r.static]
         sent = [[q.t_sent for q in s.requests] for s in runs]
         assert all(max(a) < min(b) for a, b in zip(sent[:-1], sent[1:], strict=True))
     assert rounds[0].static is not None

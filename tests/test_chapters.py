@@ -2,12 +2,12 @@ import json
 
 import pytest
 
-from labkit import chapters, cli, jupyter
+from labkit import chapters, cli, jupyter, paths
 
 
 def test_every_notebook_has_a_short_name_and_no_outputs():
     named = set(chapters.CHAPTERS.values())
-    for nb in chapters.NOTEBOOKS.glob("*.ipynb"):
+    for nb in paths.NOTEBOOKS.glob("*.ipynb"):
         assert nb.name in named, f"{nb.name} has no short name in labkit/chapters.py"
         cells = json.loads(nb.read_text())["cells"]
         code = [c for c in cells if c["cell_type"] == "code"]
@@ -23,7 +23,7 @@ def test_unknown_chapter():
                                   "01_key_concepts.ipynb", "key-concepts", "Concepts"])
 def test_every_name_form_finds_the_chapter(name):
     assert chapters.resolve(name) == "concepts"
-    assert chapters.notebook_path(name) == chapters.NOTEBOOKS / "01_key_concepts.ipynb"
+    assert chapters.notebook_path(name) == paths.NOTEBOOKS / "01_key_concepts.ipynb"
 
 
 def test_name_forms_of_every_chapter_are_unambiguous():

@@ -3,7 +3,7 @@
 import matplotlib
 import pytest
 
-from labkit.production import coldstart, deploy, k8s_pod
+from labkit.production import coldstart, deploy, k8s, k8s_pod
 
 matplotlib.use("Agg")
 QWEN_BF16 = 8.05e9  # Qwen3-4B's weights in bf16 (4.02e9 parameters x 2 bytes)
@@ -65,6 +65,6 @@ def test_probe_budget_is_read_from_the_generated_manifest():
 
     docs = deploy.manifests("Qwen/Qwen3-4B", load_config("Qwen3-4B"), gpu="L4")
     assert deploy.startup_budget_s(docs) == k8s_pod.COLD_START_S
-    assert deploy.probe_budget_s({}) == 30  # Kubernetes' defaults: 3 failures 10 s apart
+    assert k8s.probe_budget_s({}) == 30  # Kubernetes' defaults: 3 failures 10 s apart
     phases = coldstart.gpu_replica_budget(QWEN_BF16, engine_start_s=30.0)
     assert coldstart.probe_covers(phases, deploy.startup_budget_s(docs))["covers_high"]

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from labkit import paths
 from labkit.production import cost
 from labkit.production.cost import (
     api_cost,
@@ -175,7 +176,7 @@ def test_bad_inputs_raise_value_error(call, match):
     (lambda d: d.update(gpus={}), "non-empty"),
 ])
 def test_load_prices_says_what_is_wrong(tmp_path, edit, match):
-    d = json.loads(cost.data("prices.json").read_text())
+    d = json.loads(paths.data("prices.json").read_text())
     edit(d)
     path = tmp_path / "prices.json"
     path.write_text(json.dumps(d))

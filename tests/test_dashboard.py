@@ -13,7 +13,7 @@ import yaml
 
 from labkit.llm.architecture import load_config
 from labkit.paths import REPO
-from labkit.production import dashboard, deploy, k8s_pod
+from labkit.production import dashboard, deploy, k8s, k8s_pod
 
 QWEN = load_config("Qwen3-4B")
 FILES = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
@@ -35,7 +35,7 @@ def test_the_dashboard_shows_what_the_issue_asks_for():
                       "GPU memory used (DCGM)"]
     used = {m for q in dashboard.queries(BOARD) for m in _metrics(q)}
     assert {"vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-            "vllm:num_requests_running", "vllm:num_requests_waiting", deploy.ROUTER_QUEUE_METRIC,
+            "vllm:num_requests_running", "vllm:num_requests_waiting", k8s.ROUTER_QUEUE_METRIC,
             "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "DCGM_FI_DEV_GPU_UTIL",
             "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"} <= used
     for title in ("Time to first token", "Inter-token latency"):  # p50 and p99 from the histogram
@@ -65,7 +65,7 @@ def test_every_panel_is_well_formed_and_every_query_parses():
 def test_the_committed_dashboard_is_the_configmaps():
     committed = json.loads((K8S / "dashboards" / "vllm-qwen3-4b.json").read_text())
     (_, cm) = [d for d in yaml.safe_load_all((K8S / "observability.yaml").read_text())]
-    assert cm["metadata"]["namespace"] == deploy.PROMETHEUS_NAMESPACE  # where Grafana's sidecar looks
+    assert cm["metadata"]["namespace"] == k8s.PROMETHEUS_NAMESPACE  # where Grafana's sidecar looks
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["vllm-qwen3-4b.json"]) == committed == BOARD
 
@@ -74,7 +74,7 @@ def test_dcgm_scrape_finds_the_gpu_operators_exporter():
     """The GPU Operator's Service (assets/state-dcgm-exporter/0400_service.yaml, v26.7.0):
     nvidia-dcgm-exporter, label app: nvidia-dcgm-exporter, port gpu-metrics (9400)."""
     sm = FILES["observability.yaml"][0]
-    assert sm["kind"] == "ServiceMonitor" and sm["metadata"]["labels"]["release"] == deploy.PROMETHEUS_RELEASE
+    assert sm["kind"] == "ServiceMonitor" and sm["metadata"]["labels"]["release"] == k8s.PROMETHEUS_RELEASE
     assert sm["spec"]["namespaceSelector"] == {"matchNames": [dashboard.GPU_OPERATOR_NAMESPACE]}
     assert sm["spec"]["selector"] == {"matchLabels": {"app": "nvidia-dcgm-exporter"}}
     (ep,) = sm["spec"]["endpoints"]
@@ -90,9 +90,9 @@ def test_the_load_test_runs_vllm_bench_against_the_service():
     assert c["image"] == deploy.VLLM_IMAGE and c["command"] == ["vllm", "bench", "serve"]
     args = dict(zip(c["args"][::2], c["args"][1::2], strict=False))
     flags = [a for a in c["args"] if a.startswith("--")]
-    assert args["--base-url"] == f"http://qwen3-4b.{deploy.NAMESPACE}.svc:{deploy.PORT}"
+    assert args["--base-url"] == f"http://qwen3-4b.{k8s.NAMESPACE}.svc:{k8s_pod.PORT}"
     assert args["--model"] == "Qwen/Qwen3-4B"
-    rev = deploy.revision_for("Qwen/Qwen3-4B")  # the tokenizer of the pinned revision, from the volume
+    rev = k8s.revision_for("Qwen/Qwen3-4B")  # the tokenizer of the pinned revision, from the volume
     tokenizer = c["args"][c["args"].index("--tokenizer") + 1]
     assert tokenizer == f"{k8s_pod.HUB}/models--Qwen--Qwen3-4B/snapshots/{rev}"
     assert {"name": "models", "mountPath": k8s_pod.MODELS, "readOnly": True} in c["volumeMounts"]
@@ -109,7 +109,7 @@ def test_the_load_test_runs_vllm_bench_against_the_service():
     assert admit["spec"]["podSelector"]["matchLabels"].items() <= server["metadata"]["labels"].items()
     assert rule["from"][0]["podSelector"]["matchLabels"] == job["spec"]["template"]["metadata"]["labels"]
     assert rule["from"][0]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": deploy.NAMESPACE}
+        "kubernetes.io/metadata.name": k8s.NAMESPACE}
 
 
 def _server():

@@ -18,7 +18,7 @@ from k8s_schemas import validate
 from labkit.llm.architecture import load_config
 from labkit.llm.parallelism import plan
 from labkit.paths import REPO
-from labkit.production import deploy, deploy_cli, deploy_sizing, k8s_checks, k8s_pod
+from labkit.production import deploy, deploy_cli, deploy_sizing, k8s, k8s_checks, k8s_pod
 
 K8S = REPO / "deploy" / "k8s"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
@@ -122,10 +122,10 @@ def test_pod_monitor_scrapes_the_pods_the_hpa_scales():
     assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     port_names = {p["name"] for p in _container([dep])["ports"]}
     assert [ep["port"] for ep in pm["spec"]["podMetricsEndpoints"]] == ["http"] and "http" in port_names
-    assert pm["metadata"]["labels"]["release"] == deploy.PROMETHEUS_RELEASE
+    assert pm["metadata"]["labels"]["release"] == k8s.PROMETHEUS_RELEASE
     assert not any(k.startswith("prometheus.io/") for k in dep["spec"]["template"]["metadata"].get(
         "annotations", {}))  # the Operator ignores them; only the PodMonitor counts
-    rules = deploy.adapter_values()["rules"]
+    rules = k8s.adapter_values()["rules"]
     assert {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"} == {
         r["name"]["as"] for r in rules["custom"]}
     assert {m["external"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "External"} == {
@@ -196,15 +196,15 @@ def test_disruption_budget_and_network_policy():
     assert np_["podSelector"] == {"matchLabels": labels} and np_["policyTypes"] == ["Ingress", "Egress"]
     assert np_["egress"] == []  # weights are local: the server reaches nothing
     (rule,) = np_["ingress"]
-    assert rule["ports"] == [{"port": deploy.PORT, "protocol": "TCP"}]
+    assert rule["ports"] == [{"port": k8s_pod.PORT, "protocol": "TCP"}]
     peers = [p["podSelector"]["matchLabels"] for p in rule["from"]]
     epp = {"app.kubernetes.io/name": "epp", "app.kubernetes.io/instance": "qwen3-4b"}  # the router's pickers
-    assert peers == [deploy.GATEWAY_LABELS, epp, deploy.PROMETHEUS_LABELS]
+    assert peers == [k8s.GATEWAY_LABELS, epp, k8s.PROMETHEUS_LABELS]
     # every peer is pinned to a namespace: a "gateway" label elsewhere admits nothing
     assert [p["namespaceSelector"]["matchLabels"] for p in rule["from"]] == [
-        {"kubernetes.io/metadata.name": deploy.GATEWAY_NAMESPACE},
-        {"kubernetes.io/metadata.name": deploy.NAMESPACE},
-        {"kubernetes.io/metadata.name": deploy.PROMETHEUS_NAMESPACE}]
+        {"kubernetes.io/metadata.name": k8s.GATEWAY_NAMESPACE},
+        {"kubernetes.io/metadata.name": k8s.NAMESPACE},
+        {"kubernetes.io/metadata.name": k8s.PROMETHEUS_NAMESPACE}]
     spread = k["Deployment"]["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert {t["topologyKey"]: t["whenUnsatisfiable"] for t in spread} == {
         "kubernetes.io/hostname": "DoNotSchedule", "topology.kubernetes.io/zone": "ScheduleAnyway"}
@@ -229,8 +229,8 @@ def test_gpu_limit_and_flags_follow_the_plan(gpu, tp):
     flags = dict(zip(args[1::2], args[2::2], strict=True))
     assert flags["--tensor-parallel-size"] == str(tp) and flags["--pipeline-parallel-size"] == "1"
     assert flags["--max-model-len"] == "8192" and flags["--max-num-seqs"] == "16"
-    assert flags["--port"] == "8000" and flags["--revision"] == deploy.revision_for("Qwen/Qwen3-4B")
-    assert flags["--shutdown-timeout"] == str(deploy.SHUTDOWN_TIMEOUT_S)
+    assert flags["--port"] == "8000" and flags["--revision"] == k8s.revision_for("Qwen/Qwen3-4B")
+    assert flags["--shutdown-timeout"] == str(k8s.SHUTDOWN_TIMEOUT_S)
     assert c["image"] == deploy.VLLM_IMAGE and not c["image"].endswith(":latest")
     assert name in _kinds(_docs(gpu))["Deployment"]["metadata"]["annotations"]["labkit/plan"]
 
@@ -267,28 +267,28 @@ def test_hpa_scales_on_running_requests_and_queue_depth():
     assert waiting["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
     assert waiting["pods"]["target"] == {"type": "AverageValue", "averageValue": "4"}
     # the router's queue, per replica (AverageValue divides by the replica count), this deployment's only
-    assert router["external"] == {"metric": {"name": deploy.ROUTER_QUEUE_METRIC, "selector": {
+    assert router["external"] == {"metric": {"name": k8s.ROUTER_QUEUE_METRIC, "selector": {
         "matchLabels": {"app_kubernetes_io_instance": "qwen3-4b"}}}, "target": {"type": "AverageValue",
                                                                                "averageValue": "4"}}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
     assert hpa["spec"]["scaleTargetRef"]["name"] == "qwen3-4b"
-    assert hpa["spec"]["behavior"] == deploy.HPA_BEHAVIOR
+    assert hpa["spec"]["behavior"] == k8s.HPA_BEHAVIOR
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     # vLLM's gauges are vllm:num_requests_*; the adapter rules rename them to the HPA's metrics.
-    assert deploy.QUEUE_METRIC == "vllm:num_requests_waiting"
-    assert deploy.RUNNING_METRIC == "vllm:num_requests_running"
-    rules = deploy.adapter_values()["rules"]
-    gauges = (deploy.RUNNING_METRIC, deploy.QUEUE_METRIC)
+    assert k8s.QUEUE_METRIC == "vllm:num_requests_waiting"
+    assert k8s.RUNNING_METRIC == "vllm:num_requests_running"
+    rules = k8s.adapter_values()["rules"]
+    gauges = (k8s.RUNNING_METRIC, k8s.QUEUE_METRIC)
     for rule, metric, gauge in zip(rules["custom"], (running, waiting), gauges, strict=True):
         assert rule["name"]["as"] == metric["pods"]["metric"]["name"] == gauge.replace(":", "_")
         assert re.fullmatch(rule["name"]["matches"], gauge)
         assert rule["seriesQuery"].startswith(gauge + "{")
         assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
     (ext,) = rules["external"]
-    assert ext["name"]["as"] == deploy.ROUTER_QUEUE_METRIC
-    assert ext["seriesQuery"].startswith(deploy.ROUTER_QUEUE_METRIC)
+    assert ext["name"]["as"] == k8s.ROUTER_QUEUE_METRIC
+    assert ext["seriesQuery"].startswith(k8s.ROUTER_QUEUE_METRIC)
     assert set(ext["resources"]["overrides"]) == {"namespace"}  # the HPA's namespace filters it
-    prom = deploy.adapter_values("http://prom.x.svc:9091")["prometheus"]
+    prom = k8s.adapter_values("http://prom.x.svc:9091")["prometheus"]
     assert prom == {"url": "http://prom.x.svc", "port": 9091}
     half = _kinds(_docs(queue_target=2.5))["HorizontalPodAutoscaler"]["spec"]["metrics"][1]["pods"]["target"]
     assert half["averageValue"] == "2500m"
@@ -297,15 +297,15 @@ def test_hpa_scales_on_running_requests_and_queue_depth():
 
 
 def test_keda_scaled_object_structure():
-    so = deploy.keda_scaled_object("Qwen/Qwen3-4B", replicas=(2, 4), queue_target=4.0)
+    so = k8s.keda_scaled_object("Qwen/Qwen3-4B", replicas=(2, 4), queue_target=4.0)
     assert so["apiVersion"] == "keda.sh/v1alpha1" and so["kind"] == "ScaledObject"
     assert so["metadata"]["name"] == "qwen3-4b" and so["spec"]["scaleTargetRef"] == {"name": "qwen3-4b"}
-    assert so["metadata"]["namespace"] == deploy.NAMESPACE
+    assert so["metadata"]["namespace"] == k8s.NAMESPACE
     assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (2, 4)
     # cooldownPeriod only acts when scaling to zero; with minReplicaCount 2 the behaviour paces scale-down
     assert "cooldownPeriod" not in so["spec"] and so["spec"]["pollingInterval"] > 0
     assert so["spec"]["fallback"] == {"failureThreshold": 3, "replicas": 4}  # Prometheus down: hold max
-    assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == deploy.HPA_BEHAVIOR
+    assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == k8s.HPA_BEHAVIOR
     running, waiting, router = so["spec"]["triggers"]
     for trig in (running, waiting, router):
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
@@ -334,8 +334,8 @@ def test_keda_scaled_object_structure():
     (lambda: _docs(queue_target=0), "queue_target"),
     (lambda: _docs(gpu="TPU"), "unknown"),
     (lambda: _docs(gpu="RTX"), "ambiguous"),
-    (lambda: deploy.slug("///"), "model_id"),
-    (lambda: deploy.adapter_values("prometheus:9090"), "prometheus_url"),
+    (lambda: k8s.slug("///"), "model_id"),
+    (lambda: k8s.adapter_values("prometheus:9090"), "prometheus_url"),
 ])
 def test_bad_arguments_raise_value_error(call, match):
     with pytest.raises(ValueError, match=match):
@@ -346,8 +346,8 @@ def test_names_and_yaml():
     assert deploy_sizing.gpu_memory("H100")[0] == "H100 SXM"
     assert deploy_sizing.gpu_memory("a100-80gb")[0] == "A100 80GB"
     assert deploy_sizing.gpu_memory("L4") == ("L4", 24e9)
-    assert deploy.slug("Qwen/Qwen3-4B") == "qwen3-4b"
-    assert deploy.slug("meta-llama/Llama_3.1 8B") == "llama-3-1-8b"
+    assert k8s.slug("Qwen/Qwen3-4B") == "qwen3-4b"
+    assert k8s.slug("meta-llama/Llama_3.1 8B") == "llama-3-1-8b"
     docs = _docs()
     text = deploy.to_yaml(docs)
     assert list(yaml.safe_load_all(text)) == docs and "&id" not in text and text.count("\n---\n") == 5
@@ -408,8 +408,8 @@ def test_flags_metric_and_route_exist_in_the_pinned_vllm_release():
     versions = [p.name for p in src.parent.glob("vllm*.dist-info")]
     assert any(deploy.VLLM_IMAGE.split(":v")[1] in v for v in versions), versions
     loggers = (src / "v1" / "metrics" / "loggers.py").read_text()
-    assert f'name="{deploy.QUEUE_METRIC}"' in loggers and '"model_name"' in loggers
-    assert f'name="{deploy.RUNNING_METRIC}"' in loggers
+    assert f'name="{k8s.QUEUE_METRIC}"' in loggers and '"model_name"' in loggers
+    assert f'name="{k8s.RUNNING_METRIC}"' in loggers
     args = (src / "engine" / "arg_utils.py").read_text()
     for flag in _container(_docs())["args"][1::2]:
         if flag != "--port":

@@ -8,7 +8,7 @@ import yaml
 
 from labkit.llm.architecture import load_config
 from labkit.paths import REPO
-from labkit.production import deploy, k8s_checks
+from labkit.production import deploy, deploy_sizing, k8s, k8s_checks, k8s_rules
 
 K8S = REPO / "deploy" / "k8s"
 QWEN = load_config("Qwen3-4B")
@@ -89,7 +89,7 @@ def _short_grace(docs):
 
 def _grace_equal_to_drain(docs):
     pod = _find(docs, "Deployment")["spec"]["template"]["spec"]
-    pod["terminationGracePeriodSeconds"] = deploy.PRESTOP_S + deploy.SHUTDOWN_TIMEOUT_S
+    pod["terminationGracePeriodSeconds"] = k8s.PRESTOP_S + k8s.SHUTDOWN_TIMEOUT_S
 
 
 def _no_prestop(docs):
@@ -191,28 +191,28 @@ def test_serving_floor_rounds_as_kubernetes_does():
     assert k8s_checks.quantity_bytes("18Gi") == 18 * 2**30 and k8s_checks.quantity_bytes("500M") == 5e8
     with pytest.raises(ValueError):
         k8s_checks.quantity_bytes("lots")
-    assert k8s_checks.flags(["m", "--a", "1", "--b", "--c=2"]) == {"--a": "1", "--b": "", "--c": "2"}
+    assert k8s_rules.flags(["m", "--a", "1", "--b", "--c=2"]) == {"--a": "1", "--b": "", "--c": "2"}
 
 
 def test_the_drain_covers_the_longest_stream_and_the_grace_covers_the_drain():
-    stream = deploy.longest_stream_s("Qwen/Qwen3-4B", QWEN, "L4", 8192)
-    assert 60 < stream <= deploy.SHUTDOWN_TIMEOUT_S  # minutes, as a real 8k-token stream runs
-    assert deploy.longest_stream_s("Qwen/Qwen3-4B", QWEN, "H100", 8192) < stream  # more bandwidth
-    assert deploy.GRACE_S > deploy.DRAIN_S == deploy.PRESTOP_S + deploy.SHUTDOWN_TIMEOUT_S
+    stream = deploy_sizing.longest_stream_s("Qwen/Qwen3-4B", QWEN, "L4", 8192)
+    assert 60 < stream <= k8s.SHUTDOWN_TIMEOUT_S  # minutes, as a real 8k-token stream runs
+    assert deploy_sizing.longest_stream_s("Qwen/Qwen3-4B", QWEN, "H100", 8192) < stream  # more bandwidth
+    assert k8s.GRACE_S > k8s.DRAIN_S == k8s.PRESTOP_S + k8s.SHUTDOWN_TIMEOUT_S
     pod = _find(_committed()["default"], "Deployment")["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] == deploy.GRACE_S
+    assert pod["terminationGracePeriodSeconds"] == k8s.GRACE_S
     docs = deploy.manifests("Qwen/Qwen3-4B", QWEN, gpu="L4", shutdown_timeout_s=120)
     short = docs[0]["spec"]["template"]["spec"]
-    teardown = deploy.GRACE_S - deploy.DRAIN_S
-    assert short["terminationGracePeriodSeconds"] == deploy.PRESTOP_S + 120 + teardown
+    teardown = k8s.GRACE_S - k8s.DRAIN_S
+    assert short["terminationGracePeriodSeconds"] == k8s.PRESTOP_S + 120 + teardown
     assert k8s_checks.problems(docs) == []
 
 
 def test_revisions_are_commit_hashes():
-    assert deploy.revision_for("Qwen/Qwen3-4B") == "1cfa9a7208912126459214e8b04321603b3df60c"
-    assert deploy.revision_for("x/y", "a" * 40) == "a" * 40
+    assert k8s.revision_for("Qwen/Qwen3-4B") == "1cfa9a7208912126459214e8b04321603b3df60c"
+    assert k8s.revision_for("x/y", "a" * 40) == "a" * 40
     for bad in ("main", "v1.0", "A" * 40, "a" * 39):
         with pytest.raises(ValueError, match="commit hash"):
-            deploy.revision_for("Qwen/Qwen3-4B", bad)
+            k8s.revision_for("Qwen/Qwen3-4B", bad)
     with pytest.raises(ValueError, match="--revision"):
-        deploy.revision_for("someone/unknown-model")
+        k8s.revision_for("someone/unknown-model")

@@ -12,7 +12,7 @@ import yaml
 from k8s_schemas import validate
 
 from labkit.llm.architecture import load_config
-from labkit.production import canary, deploy, k8s_checks, rollout, routing
+from labkit.production import canary, deploy, k8s, k8s_checks, k8s_pod, k8s_rules, rollout, routing
 
 QWEN = load_config("Qwen3-4B")
 CORE = ("vllm.yaml", "storage.yaml", "alerts.yaml", "routing.yaml", "observability.yaml")
@@ -37,7 +37,7 @@ def _one(docs, kind, name=None):
 
 def _server_args(docs):
     c = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    return k8s_checks.flags(c["args"])
+    return k8s_rules.flags(c["args"])
 
 
 def test_the_router_is_one_fifo_queue_to_the_least_loaded_replica():
@@ -61,7 +61,7 @@ def test_the_router_is_one_fifo_queue_to_the_least_loaded_replica():
     server = _one(docs, "Deployment")
     assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
     assert pool["spec"]["selector"]["matchLabels"] == server["spec"]["template"]["metadata"]["labels"]
-    assert pool["spec"]["targetPorts"] == [{"number": deploy.PORT}]
+    assert pool["spec"]["targetPorts"] == [{"number": k8s_pod.PORT}]
     assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
     epp = _one(docs, "Deployment", "qwen3-4b-epp")["spec"]["template"]["spec"]
     assert epp["containers"][0]["image"] == routing.EPP_IMAGE and not routing.EPP_IMAGE.endswith(":latest")
@@ -72,13 +72,13 @@ def test_the_router_is_one_fifo_queue_to_the_least_loaded_replica():
     backends = [(b["kind"], b["name"], b["weight"]) for b in rule["backendRefs"]]
     assert backends == [("InferencePool", "qwen3-4b", 100)]
     # a request may wait its TTL in the queue, then stream for the drain's length
-    assert rule["timeouts"]["request"] == f"{routing.QUEUE_TTL_S + deploy.SHUTDOWN_TIMEOUT_S}s"
+    assert rule["timeouts"]["request"] == f"{routing.QUEUE_TTL_S + k8s.SHUTDOWN_TIMEOUT_S}s"
     gw = _one(docs, "Gateway")
-    assert gw["spec"]["infrastructure"]["labels"] == deploy.GATEWAY_LABELS  # what the NetworkPolicies admit
+    assert gw["spec"]["infrastructure"]["labels"] == k8s.GATEWAY_LABELS  # what the NetworkPolicies admit
     assert gw["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["selector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": deploy.NAMESPACE}
+        "kubernetes.io/metadata.name": k8s.NAMESPACE}
     # the health/metrics Service stays
-    assert _one(docs, "Service", "qwen3-4b")["spec"]["ports"][0]["port"] == deploy.PORT
+    assert _one(docs, "Service", "qwen3-4b")["spec"]["ports"][0]["port"] == k8s_pod.PORT
 
 
 def test_the_canary_runs_the_simulations_plan():
@@ -108,7 +108,7 @@ def test_the_canary_takes_over_the_deployment_and_rolls_back_on_its_criteria():
     c = ro["spec"]["strategy"]["canary"]
     route = _one(docs, "HTTPRoute")
     plugin = c["trafficRouting"]["plugins"]["argoproj-labs/gatewayAPI"]
-    assert plugin == {"httpRoute": route["metadata"]["name"], "namespace": deploy.NAMESPACE}
+    assert plugin == {"httpRoute": route["metadata"]["name"], "namespace": k8s.NAMESPACE}
     assert [(b["name"], b["weight"]) for b in route["spec"]["rules"][0]["backendRefs"]] == [
         (c["stableService"], 100), (c["canaryService"], 0)]
     track = {p["metadata"]["name"]: p["spec"]["selector"]["matchLabels"][routing.TRACK_LABEL]

@@ -4,6 +4,7 @@ from collections.abc import Sequence
 import pytest
 
 from labkit.llm import domain_eval as de
+from labkit.llm import shared_decode
 from labkit.paths import DATA
 
 
@@ -98,8 +99,8 @@ def test_separated_needs_a_significant_difference():
 
 
 def test_first_line_cuts_at_the_newline():
-    assert de.first_line(" INV-1\nQ: date?") == "INV-1"
-    assert de.first_line("The total is 12.00") == "The total is 12.00"
+    assert shared_decode.first_line(" INV-1\nQ: date?") == "INV-1"
+    assert shared_decode.first_line("The total is 12.00") == "The total is 12.00"
 
 
 def test_ranking_and_bad_names():

@@ -10,7 +10,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from labkit.production import fleet, k8s, traces
+from labkit.production import fleet, k8s, scaler, traces
 
 matplotlib.use("Agg")
 
@@ -22,7 +22,7 @@ def spike_run(**overrides):
     cfg: dict[str, Any] = dict(min_replicas=1, max_replicas=6, signal="running", target=6,
                                cold_start_s=120, interval_s=15)
     cfg.update(overrides)
-    return fleet.simulate_fleet(SPIKE, 4.0, 8, fleet.ScalerConfig(**cfg), slo_s=10, max_wait_s=30,
+    return fleet.simulate_fleet(SPIKE, 4.0, 8, scaler.ScalerConfig(**cfg), slo_s=10, max_wait_s=30,
                                 horizon_s=3600)
 
 
@@ -58,14 +58,14 @@ def test_day_trace_follows_the_rate():
 
 def test_gpu_hours_known_answer_with_fixed_replicas():
     arr = np.arange(0, 3600, 1.0)                            # one request a second for an hour
-    cfg = fleet.ScalerConfig(min_replicas=3, max_replicas=3)
+    cfg = scaler.ScalerConfig(min_replicas=3, max_replicas=3)
     r = fleet.simulate_fleet(arr, 0.5, 1, cfg, slo_s=1.0, max_wait_s=5)
     assert (r["completed"], r["dropped"], r["late"], r["peak_replicas"]) == (3600, 0, 0, 3)
     assert r["p50_latency_s"] == r["p99_latency_s"] == 0.5
     assert r["end_s"] == 3599.5 and r["gpu_hours"] == pytest.approx(3 * 3599.5 / 3600)
     day = fleet.simulate_fleet(arr, 0.5, 1, cfg, slo_s=1.0, max_wait_s=5, horizon_s=7200)
     assert day["gpu_hours"] == pytest.approx(6.0)            # billed to the horizon
-    warm = fleet.ScalerConfig(min_replicas=3, max_replicas=3, warm_pool=2)
+    warm = scaler.ScalerConfig(min_replicas=3, max_replicas=3, warm_pool=2)
     assert fleet.simulate_fleet(arr, 0.5, 1, warm, 1.0, 5, horizon_s=3600)["gpu_hours"] == pytest.approx(5.0)
     assert len(day["timeline"]) == 7200 // 30 and day["arrivals_per_hour"] == [3600]   # every 30 s
 
@@ -79,7 +79,7 @@ def test_accounting_always_holds():
                                    dict(scale_down_delay_s=0, interval_s=5)]
     for i, kw in enumerate(cases):
         for wait, routing in ((0.0, "pool"), (30.0, "pool"), (30.0, "service")):
-            r = fleet.simulate_fleet(SPIKE, lognormal, 4, fleet.ScalerConfig(**kw), 10, wait, seed=i,
+            r = fleet.simulate_fleet(SPIKE, lognormal, 4, scaler.ScalerConfig(**kw), 10, wait, seed=i,
                                      routing=routing)
             assert r["accounted"] and r["completed"] + r["dropped"] == r["n"] == SPIKE.size, (kw, routing)
             assert 0 <= r["late"] <= r["completed"]
@@ -88,7 +88,7 @@ def test_accounting_always_holds():
 def test_per_replica_queues_leave_a_free_replica_idle():
     # two fixed one-slot replicas, ten 1 s requests at once: the shared queue ends in 5 s; a random
     # replica per request queues more on one of them, which the other never takes over
-    arr, cfg = np.zeros(10), fleet.ScalerConfig(min_replicas=2, max_replicas=2)
+    arr, cfg = np.zeros(10), scaler.ScalerConfig(min_replicas=2, max_replicas=2)
     pool = fleet.simulate_fleet(arr, 1.0, 1, cfg, slo_s=100, max_wait_s=100)
     assert pool["end_s"] == 5.0 and pool["p99_latency_s"] == pytest.approx(5.0, abs=0.1)
     ends = [fleet.simulate_fleet(arr, 1.0, 1, cfg, slo_s=100, max_wait_s=100, seed=s,
@@ -99,7 +99,7 @@ def test_per_replica_queues_leave_a_free_replica_idle():
     arr = traces.day_trace(2.5 * 8 / 36.0, seed=0)
     served: dict[str, Any] = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120,
                                   horizon_s=24 * 3600)
-    cfg = fleet.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)
+    cfg = scaler.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)
     day = {k: fleet.simulate_fleet(arr, config=cfg, routing=k, **served) for k in ("pool", "service")}
     assert day["service"]["dropped"] > 2 * day["pool"]["dropped"]
     assert day["service"]["p99_latency_s"] > day["pool"]["p99_latency_s"]
@@ -139,7 +139,7 @@ def test_determinism_with_seed():
     def expo(rng):
         return float(rng.exponential(4.0))
 
-    cfg = fleet.ScalerConfig(signal="running", target=6, max_replicas=6)
+    cfg = scaler.ScalerConfig(signal="running", target=6, max_replicas=6)
     a = fleet.simulate_fleet(SPIKE, expo, 8, cfg, 10, 30, seed=5)
     assert a == fleet.simulate_fleet(SPIKE, expo, 8, cfg, 10, 30, seed=5)
     assert a["p99_latency_s"] != fleet.simulate_fleet(SPIKE, expo, 8, cfg, 10, 30, seed=6)["p99_latency_s"]
@@ -148,7 +148,7 @@ def test_determinism_with_seed():
 def test_fifty_thousand_requests_run_fast():
     arr = traces.day_trace(0.6, seed=0)
     assert 45_000 < arr.size < 65_000
-    cfg = fleet.ScalerConfig(signal="running", target=6, warm_pool=1)
+    cfg = scaler.ScalerConfig(signal="running", target=6, warm_pool=1)
     t0 = time.perf_counter()
     r = fleet.simulate_fleet(arr, 4.0, 8, cfg, slo_s=10, max_wait_s=30, horizon_s=24 * 3600)
     assert time.perf_counter() - t0 < 10                      # ~0.5 s on 2 shared cores
@@ -163,13 +163,13 @@ def test_plot_fleet():
 
 def test_bad_scaler_and_fleet_arguments():
     with pytest.raises(ValueError, match="routing"):
-        fleet.simulate_fleet(np.zeros(3), 1.0, 1, fleet.ScalerConfig(), 10, 10, routing="dns")
+        fleet.simulate_fleet(np.zeros(3), 1.0, 1, scaler.ScalerConfig(), 10, 10, routing="dns")
     bad: dict[str, Any]
     for bad in (dict(signal="gpu"), dict(min_replicas=3, max_replicas=2), dict(target=0),
                 dict(interval_s=0), dict(cold_start_s=-1), dict(warm_pool=-1), dict(max_replicas=0)):
         with pytest.raises(ValueError):
-            fleet.ScalerConfig(**bad)
-    cfg = fleet.ScalerConfig()
+            scaler.ScalerConfig(**bad)
+    cfg = scaler.ScalerConfig()
     args: tuple[Any, Any, Any]
     for args in (([], 1.0, 1), ([-1.0], 1.0, 1), ([1.0], 0.0, 1), ([1.0], 1.0, 0),
                  ([1.0], lambda rng: -1, 1)):
@@ -182,10 +182,10 @@ def test_bad_scaler_and_fleet_arguments():
 
 def burst_hurt(service_s, cold_start_s, seeds=range(3), **cfg):
     """Late + dropped requests per seed of the chapter's burst (1 + 8 replicas' worth, 8 slots)."""
-    scaler = fleet.ScalerConfig(signal="running", target=6, min_replicas=2, max_replicas=24,
-                                cold_start_s=cold_start_s, **cfg)
+    config = scaler.ScalerConfig(signal="running", target=6, min_replicas=2, max_replicas=24,
+                                 cold_start_s=cold_start_s, **cfg)
     runs = fleet.over_seeds(lambda s: traces.burst_trace(8, service_s, base=1.0, extra=8.0, seed=s),
-                            {"x": scaler}, seeds, service_s=service_s, slots_per_replica=8,
+                            {"x": config}, seeds, service_s=service_s, slots_per_replica=8,
                             slo_s=service_s + 30, max_wait_s=120)["x"]
     assert all(r["accounted"] for r in runs)
     return [r["late"] + r["dropped"] for r in runs]
@@ -237,8 +237,8 @@ def test_over_seeds_runs_every_config_on_each_seeds_trace():
         seen.append(seed)
         return traces.day_trace(0.5, hours=0.5, peak_to_trough=1.0, spikes=(), seed=seed)
 
-    cfgs = {"one": fleet.ScalerConfig(min_replicas=1, max_replicas=1),
-            "two": fleet.ScalerConfig(min_replicas=2)}
+    cfgs = {"one": scaler.ScalerConfig(min_replicas=1, max_replicas=1),
+            "two": scaler.ScalerConfig(min_replicas=2)}
     out = fleet.over_seeds(trace, cfgs, [3, 4], service_s=1.0, slots_per_replica=2, slo_s=5, max_wait_s=10)
     assert seen == [3, 4] and list(out) == ["one", "two"] and all(len(v) == 2 for v in out.values())
     assert out["one"][0]["n"] == out["two"][0]["n"] == trace(3).size != out["one"][1]["n"]
@@ -289,8 +289,8 @@ def test_tolerance_holds_a_fleet_within_ten_percent_of_target():
     # (7.5% over). Without tolerance the HPA asks for ceil(17 / 8) = 3; with 10% it stays at 2.
     args = (_steady(4.3, 1800), 4.0, 10)
     base: dict[str, Any] = dict(min_replicas=2, signal="running", target=8, interval_s=15, cold_start_s=60)
-    exact = fleet.simulate_fleet(*args, fleet.ScalerConfig(**base), slo_s=30, max_wait_s=60)
-    tol = fleet.simulate_fleet(*args, fleet.ScalerConfig(**base, tolerance=0.1), slo_s=30, max_wait_s=60)
+    exact = fleet.simulate_fleet(*args, scaler.ScalerConfig(**base), slo_s=30, max_wait_s=60)
+    tol = fleet.simulate_fleet(*args, scaler.ScalerConfig(**base, tolerance=0.1), slo_s=30, max_wait_s=60)
     assert exact["peak_replicas"] >= 3 and tol["peak_replicas"] == 2
 
 
@@ -300,8 +300,8 @@ def test_scale_up_policy_adds_at_most_two_pods_or_double_per_minute():
     base: dict[str, Any] = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4),
                                 interval_s=15,
                 cold_start_s=30)
-    free = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
-    paced = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base, up_pods=2, up_percent=100,
+    free = fleet.simulate_fleet(burst, 4.0, 8, scaler.ScalerConfig(**base), slo_s=60, max_wait_s=120)
+    paced = fleet.simulate_fleet(burst, 4.0, 8, scaler.ScalerConfig(**base, up_pods=2, up_percent=100,
                                                                   up_period_s=60), slo_s=60, max_wait_s=120)
     assert _replicas_at(free, 15) >= 2 and _replicas_at(free, 60) >= 6
     for t in (15, 60, 120):  # from 1: at most max(1+2, 1x2) = 3 in the first minute, then 6 (double)
@@ -314,8 +314,8 @@ def test_scale_down_policy_removes_one_pod_per_period():
     base: dict[str, Any] = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4),
                                 interval_s=15,
                 cold_start_s=30, scale_down_delay_s=60)
-    free = fleet.simulate_fleet(trace, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
-    paced = fleet.simulate_fleet(trace, 4.0, 8, fleet.ScalerConfig(**base, down_pods=1, down_period_s=120),
+    free = fleet.simulate_fleet(trace, 4.0, 8, scaler.ScalerConfig(**base), slo_s=60, max_wait_s=120)
+    paced = fleet.simulate_fleet(trace, 4.0, 8, scaler.ScalerConfig(**base, down_pods=1, down_period_s=120),
                                  slo_s=60, max_wait_s=120)
     def drops(r):  # replicas removed per decision after the load fell
         n = [a + b for t, a, b, _ in r["timeline"] if t >= 600]
@@ -331,8 +331,8 @@ def test_grace_period_cuts_requests_longer_than_it():
     trace = np.concatenate([_steady(0.2, 300), 300 + _steady(0.01, 3000)])
     base: dict[str, Any] = dict(min_replicas=1, signal="running", target=2, interval_s=15, cold_start_s=30,
                 scale_down_delay_s=60)
-    kept = fleet.simulate_fleet(trace, 300.0, 8, fleet.ScalerConfig(**base), slo_s=400, max_wait_s=600)
-    cut = fleet.simulate_fleet(trace, 300.0, 8, fleet.ScalerConfig(**base, grace_s=60), slo_s=400,
+    kept = fleet.simulate_fleet(trace, 300.0, 8, scaler.ScalerConfig(**base), slo_s=400, max_wait_s=600)
+    cut = fleet.simulate_fleet(trace, 300.0, 8, scaler.ScalerConfig(**base, grace_s=60), slo_s=400,
                                max_wait_s=600)
     assert kept["cut"] == 0 and cut["cut"] > 0 and cut["accounted"] and kept["accounted"]
     assert cut["dropped"] >= cut["cut"]
@@ -343,25 +343,24 @@ def test_scrape_lag_delays_the_reaction():
     base: dict[str, Any] = dict(min_replicas=1, signal="running", target=8, second=("waiting", 4),
                                 interval_s=15,
                 cold_start_s=30)
-    now = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base), slo_s=60, max_wait_s=120)
-    lagged = fleet.simulate_fleet(burst, 4.0, 8, fleet.ScalerConfig(**base, scrape_s=15, lag_s=60),
+    now = fleet.simulate_fleet(burst, 4.0, 8, scaler.ScalerConfig(**base), slo_s=60, max_wait_s=120)
+    lagged = fleet.simulate_fleet(burst, 4.0, 8, scaler.ScalerConfig(**base, scrape_s=15, lag_s=60),
                                   slo_s=60, max_wait_s=120)
     first = [min(t for t, r, s, _ in x["timeline"] if r + s > 1) for x in (now, lagged)]
     assert first[1] - first[0] >= 45, first
 
 
 def test_manifest_config_is_what_deploy_says():
-    from labkit.production import deploy
 
-    c = fleet.ScalerConfig.manifest(running_target=12, queue_target=4, max_replicas=8, cold_start_s=600)
+    c = scaler.ScalerConfig.manifest(running_target=12, queue_target=4, max_replicas=8, cold_start_s=600)
     assert (c.signal, c.target, c.second) == ("running", 12, ("waiting", 4))
     assert c.interval_s == k8s.HPA_SYNC_S and c.tolerance == k8s.HPA_TOLERANCE == 0.1
-    assert c.scale_down_delay_s == deploy.HPA_BEHAVIOR["scaleDown"]["stabilizationWindowSeconds"]
+    assert c.scale_down_delay_s == k8s.HPA_BEHAVIOR["scaleDown"]["stabilizationWindowSeconds"]
     assert (c.up_pods, c.up_percent, c.up_period_s) == (2, 100, 60)
-    assert (c.down_pods, c.down_period_s, c.grace_s) == (1, 120, deploy.DRAIN_S)
-    assert deploy.DRAIN_S == deploy.PRESTOP_S + deploy.SHUTDOWN_TIMEOUT_S < deploy.GRACE_S
+    assert (c.down_pods, c.down_period_s, c.grace_s) == (1, 120, k8s.DRAIN_S)
+    assert k8s.DRAIN_S == k8s.PRESTOP_S + k8s.SHUTDOWN_TIMEOUT_S < k8s.GRACE_S
     with pytest.raises(ValueError, match="signal"):
-        fleet.ScalerConfig(second=("latency", 1.0))
+        scaler.ScalerConfig(second=("latency", 1.0))
 
 
 def test_manifest_policy_cuts_the_burst_with_a_pool_or_int4_at_gpu_cold_starts():
@@ -378,9 +377,9 @@ def test_manifest_policy_cuts_the_burst_with_a_pool_or_int4_at_gpu_cold_starts()
         hold = burst_hold_s(cold, service_s)
         assert hold == 3 * cold
         m = dict(running_target=6, queue_target=2, min_replicas=2, max_replicas=24)
-        trial = {"plain": fleet.ScalerConfig.manifest(**m, cold_start_s=cold),
-                 "pool": fleet.ScalerConfig.manifest(**m, cold_start_s=cold, warm_pool=1),
-                 "int4": fleet.ScalerConfig.manifest(**m, cold_start_s=cold4)}
+        trial = {"plain": scaler.ScalerConfig.manifest(**m, cold_start_s=cold),
+                 "pool": scaler.ScalerConfig.manifest(**m, cold_start_s=cold, warm_pool=1),
+                 "int4": scaler.ScalerConfig.manifest(**m, cold_start_s=cold4)}
         def burst(seed: int, hold_s: float = hold, service: float = service_s) -> Any:
             return traces.burst_trace(8, service, hold_s=hold_s, seed=seed)
 
@@ -396,9 +395,9 @@ def test_manifest_policy_beats_queue_depth_alone_on_a_day():
     arr = traces.day_trace(2.5 * 8 / 36.0, seed=0)
     served: dict[str, Any] = dict(service_s=36.0, slots_per_replica=8, slo_s=66.0, max_wait_s=120,
                                   horizon_s=24 * 3600)
-    naive = fleet.simulate_fleet(arr, config=fleet.ScalerConfig(signal="waiting", target=2, max_replicas=24,
+    naive = fleet.simulate_fleet(arr, config=scaler.ScalerConfig(signal="waiting", target=2, max_replicas=24,
                                                                 cold_start_s=420), **served)
-    manifest = fleet.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)
+    manifest = scaler.ScalerConfig.manifest(6, 2, max_replicas=24, cold_start_s=420)
     hpa = fleet.simulate_fleet(arr, config=manifest, **served)
     assert hpa["late"] + hpa["dropped"] < 0.2 * (naive["late"] + naive["dropped"])
     assert hpa["gpu_hours"] < naive["gpu_hours"] and hpa["accounted"] and naive["accounted"]

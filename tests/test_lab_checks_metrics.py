@@ -12,7 +12,7 @@ from typing import Any
 
 from labkit.checks import outcome
 from labkit.engines import vllm
-from labkit.serving import decode_gap, loadgen, metrics, ollama_api, openai_api, streaming
+from labkit.serving import decode_gap, loadgen, metrics, ollama_api, openai_api, records, streaming
 from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.serving.openai_api import llamacpp_server_timing
 from labkit.serving.records import RequestRecord
@@ -36,7 +36,7 @@ def _vllm_figures(url: str) -> dict:
 
 def test_client_with_a_blocked_event_loop_fails(srv, monkeypatch):
     real = _vllm_figures(srv.url)
-    stamp = openai_api.new_record
+    stamp = records.new_record
 
     def blocked(name: str) -> RequestRecord:  # the harness blocks its loop right after the send stamp
         rec = stamp(name)
@@ -97,7 +97,7 @@ def _ollama_records(url: str, n: int = 3) -> list[RequestRecord]:
 def test_tpot_with_the_first_token_folded_in_fails(srv, monkeypatch):
     records = _ollama_records(srv.url)
     real = _llamacpp_figures(records)
-    right = decode_gap.request_metrics
+    right = metrics.request_metrics
 
     def folded(rec):  # TPOT as the whole E2E over every token, the wait for the first one included
         m: dict[str, Any] = dict(right(rec))

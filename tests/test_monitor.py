@@ -19,7 +19,7 @@ import pytest
 
 from labkit.engines import prometheus
 from labkit.hardware import machine
-from labkit.production import monitor
+from labkit.production import monitor, server_gauges
 from labkit.production.monitor_options import add_monitor_arguments
 from labkit.serving.metrics import summarize
 from labkit.serving.records import RequestRecord
@@ -179,7 +179,7 @@ def closed_url() -> str:
 
 def test_server_sample_current_vllm(serve):
     url, _ = serve(new_text())
-    s = monitor.server_sample(url + "/v1")  # the OpenAI base URL works too
+    s = server_gauges.server_sample(url + "/v1")  # the OpenAI base URL works too
     assert "error" not in s
     assert s["running"] == 3 and s["waiting"] == 4  # summed over the two engines
     assert s["kv_usage_pct"] == pytest.approx(30.0) and s["kv_metric"] == "vllm:kv_cache_usage_perc"
@@ -193,7 +193,7 @@ def test_server_sample_current_vllm(serve):
 
 def test_server_sample_older_vllm(serve):
     url, _ = serve(OLD)
-    s = monitor.server_sample(url)
+    s = server_gauges.server_sample(url)
     assert s["kv_usage_pct"] == pytest.approx(50.0) and s["kv_metric"] == "vllm:gpu_cache_usage_perc"
     assert s["running"] == 1 and s["waiting"] == 0 and s["finished_total"] == 3
     assert s["ttft_buckets"] == {0.1: 1.0, 0.5: 3.0, INF: 3.0}
@@ -202,7 +202,7 @@ def test_server_sample_older_vllm(serve):
 
 def test_server_sample_llamacpp_real_text(serve):
     url, _ = serve(LLAMACPP_DURING)
-    s = monitor.server_sample(url)
+    s = server_gauges.server_sample(url)
     assert "error" not in s and s["engine"] == "llamacpp"
     assert s["running"] == 2 and s["waiting"] == 3  # requests_processing, requests_deferred
     assert s["prompt_tokens_total"] == 23 + 2  # computed + reused from the cache, as vLLM counts them
@@ -212,19 +212,19 @@ def test_server_sample_llamacpp_real_text(serve):
     # what llama-server does not export: no TTFT histogram, no finished count, no KV gauge in this build
     assert s["ttft_buckets"] == {} and math.isnan(s["ttft_count"]) and math.isnan(s["kv_usage_pct"])
     assert s["kv_metric"] is None and "finished_total" not in s
-    assert set(monitor.LLAMACPP_LACKS) >= {"ttft_buckets", "finished_total", "kv_usage_pct"}
+    assert set(server_gauges.LLAMACPP_LACKS) >= {"ttft_buckets", "finished_total", "kv_usage_pct"}
 
 
 def test_llamacpp_names_are_the_builds():
     present = set(prometheus.samples(LLAMACPP_DURING, "llamacpp:"))
-    names = set(monitor.LLAMACPP.values()) | set(monitor.LLAMACPP_EXTRA.values())
+    names = set(server_gauges.LLAMACPP.values()) | set(server_gauges.LLAMACPP_EXTRA.values())
     assert names - present == {"llamacpp:kv_cache_usage_ratio"}  # older builds only
-    assert monitor.parse_metrics(NEW.replace("{ttft}", ttft_lines(A)))["engine"] == "vllm"
+    assert server_gauges.parse_metrics(NEW.replace("{ttft}", ttft_lines(A)))["engine"] == "vllm"
 
 
 def test_older_llamacpp_kv_gauge(serve):
     url, _ = serve(llamacpp_text(extra="llamacpp:kv_cache_usage_ratio 0.25\n"))
-    s = monitor.server_sample(url)
+    s = server_gauges.server_sample(url)
     assert s["kv_usage_pct"] == pytest.approx(25.0) and s["kv_metric"] == "llamacpp:kv_cache_usage_ratio"
 
 
@@ -243,12 +243,12 @@ def test_live_and_dashboard_on_llamacpp(serve):
 
 
 def test_server_sample_errors_are_samples(serve):
-    s = monitor.server_sample(closed_url(), timeout_s=1.0)
+    s = server_gauges.server_sample(closed_url(), timeout_s=1.0)
     assert "ConnectError" in s["error"] and "running" not in s
     url, _ = serve("<html><title>not a metrics page</title></html>\n")
-    assert "ValueError" in monitor.server_sample(url)["error"]
+    assert "ValueError" in server_gauges.server_sample(url)["error"]
     with pytest.raises(ValueError, match="scheme"):
-        monitor.server_sample("localhost:8000")
+        server_gauges.server_sample("localhost:8000")
 
 
 def test_sampler_collects_and_stops_promptly(serve):

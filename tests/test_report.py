@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import results
+from labkit import paths, results
 from labkit.chapters import CHAPTERS
 from labkit.paths import NOTEBOOKS, REPO
 from labkit.report import build, computed, ledger, machines, page, site, verdicts
@@ -534,8 +534,8 @@ def test_machine_files_slug_and_relative_paths(tmp_path):
     s = machines.slug(line, "cpu")
     assert s.startswith("cpu-intel-xeon-") and s != machines.slug(line.replace("AVX2", "AVX512"), "cpu")
     home = Path.home()
-    paths = [f"{build.REPO}/build/x.json", f"{home}/.cache/labkit", f"{tempfile.gettempdir()}/x.pt"]
-    assert machines.relative_paths({"a": paths, "n": 3}) == {
+    where = [f"{paths.REPO}/build/x.json", f"{home}/.cache/labkit", f"{tempfile.gettempdir()}/x.pt"]
+    assert machines.relative_paths({"a": where, "n": 3}) == {
         "a": ["./build/x.json", "~/.cache/labkit", "$TMPDIR/x.pt"], "n": 3}
     # a checkout inside the temporary folder (a fresh clone in /tmp/x): each path is replaced whole
     tmp = tempfile.gettempdir()

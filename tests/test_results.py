@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from labkit import results
+from labkit import paths, results
 
 MACHINE = ("cpu · Test CPU (x86_64, 2 cores / 2 threads, 8 GiB RAM, ISA avx2) · torch 0 · Linux", "cpu")
 SOURCE = {"commit": "a" * 40, "dirty": False, "diff_sha": None}
@@ -104,7 +104,7 @@ def test_bad_input_is_a_value_error_naming_the_argument(folder, args, word):
 
 def test_results_dir_follows_the_variable(monkeypatch, tmp_path):
     monkeypatch.delenv(results.ENV_VAR, raising=False)
-    assert results.results_dir() == results.REPO / "build" / "results"
+    assert paths.results_dir() == paths.REPO / "build" / "results"
     monkeypatch.setenv(results.ENV_VAR, str(tmp_path / "elsewhere"))
     assert results.results_path("beyond") == tmp_path / "elsewhere" / "beyond.json"
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from labkit.llm import spec_bench as SB
+from labkit.llm import speculative
 from labkit.llm.speculative import EarlyExitDrafter, PromptLookupDrafter, SpecStats, speculative_generate
 
 PROMPT = list(range(10, 30)) * 2 + list(range(10, 14))  # repeats itself: prompt lookup finds drafts
@@ -27,7 +28,7 @@ def greedy(model):
 
 def test_paired_rounds_time_runs_of_one_length_and_write_plain_greedys_text(model, greedy, monkeypatch):
     calls = []
-    real = SB.speculative_generate
+    real = speculative.speculative_generate
 
     def spy(m, ids, drafter, k=4, max_new_tokens=32, **kw):
         out, st = real(m, ids, drafter, k=k, max_new_tokens=max_new_tokens, **kw)

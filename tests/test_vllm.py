@@ -8,7 +8,7 @@ x86_64, where the Makefile installs it and a missing server is a failure. Every 
 
 import pytest
 
-from labkit.engines import prometheus, vllm
+from labkit.engines import process, prometheus, vllm
 from labkit.engines.vllm import vllm_required
 from labkit.serving import loadgen, loadspec, openai_api, streaming
 
@@ -27,7 +27,7 @@ def vllm_url():
     try:
         yield server.url
     finally:
-        vllm.stop(server)
+        process.stop(server)
         assert server.proc.poll() is not None, "the vLLM server did not stop"
 
 

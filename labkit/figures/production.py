@@ -27,7 +27,7 @@ def keep(page: Mapping[str, Any]) -> None:
      sim_errors, sim_gain, target, ttft_again, work) = take(page, (
         "BATCH cold_start_s cold_vllm conts gains held_s measured_gain padded_gain rounds "
         "sim_errors sim_gain target ttft_again work "))
-    measured_runs = [r[k] for r in rounds for k in ("continuous", "static")]  # every request, with its tokens
+    measured_runs = [run for r in rounds for run in (r.continuous, r.static) if run]  # every request
     record("production", "continuous_over_static_measured", measured_gain, "x",
            f"{target.engine}: output tokens/s, median of "
            f"{len(conts)} rounds, each continuous run vs its round's static gating, {len(work)} requests, "

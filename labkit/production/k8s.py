@@ -1,9 +1,9 @@
 """Kubernetes building blocks of chapter 08's deploy manifests (:mod:`labkit.production.deploy`
-re-exports them): object names and labels, quantities, the pinned model revisions, the shutdown
-timings (preStop, vLLM's drain, the grace period), the GPU node labels, the autoscaling signals (the
-two gauges vLLM exports, the router's queue) and the HPA behaviour chapter 08's fleet simulation also
-reads (:class:`labkit.production.scaler.ScalerConfig`), prometheus-adapter's rules and KEDA's
-``ScaledObject``.
+assembles them; import each from here): object names and labels, quantities, the pinned model
+revisions, the shutdown timings (preStop, vLLM's drain, the grace period), the GPU node labels, the
+autoscaling signals (the two gauges vLLM exports, the router's queue) and the HPA behaviour chapter
+08's fleet simulation also reads (:class:`labkit.production.scaler.ScalerConfig`), prometheus-adapter's
+rules and KEDA's ``ScaledObject``.
 """
 
 from __future__ import annotations

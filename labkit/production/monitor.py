@@ -28,9 +28,6 @@ from ..serving.records import RequestRecord
 from ..serving.streaming import base_url_of
 from ..stats import summary
 from ..table import format_rows
-from .server_gauges import LLAMACPP as LLAMACPP  # re-exported: the monitor's server side
-from .server_gauges import LLAMACPP_EXTRA as LLAMACPP_EXTRA
-from .server_gauges import LLAMACPP_LACKS as LLAMACPP_LACKS
 from .server_gauges import parse_llamacpp as parse_llamacpp
 from .server_gauges import parse_metrics as parse_metrics
 from .server_gauges import server_sample

@@ -1,6 +1,6 @@
 """The autoscaler chapter 08's fleet simulation runs (:class:`ScalerConfig`): what it reads, how often,
 its targets, and what a real HPA adds (tolerance, scrape lag, scale-up/down policies, grace period).
-:mod:`labkit.production.fleet` re-exports it. Times in seconds.
+:mod:`labkit.production.fleet` runs it. Times in seconds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Traffic for chapter 08's fleet simulations: a day of arrivals with a daily cycle and spikes, and a
-burst sized in replicas' worth (arrival times in seconds, rates in requests/s).
-:mod:`labkit.production.fleet` re-exports these.
+burst sized in replicas' worth (arrival times in seconds, rates in requests/s), for
+:mod:`labkit.production.fleet`.
 """
 
 from __future__ import annotations

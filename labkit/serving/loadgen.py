@@ -47,7 +47,6 @@ from ..paths import DATA
 from ..settings import watched
 from . import metrics
 from .loadspec import ClientSpec, LoadSpec, Prompt
-from .loadspec import default_requests as default_requests  # re-exported: callers use loadgen's
 from .metrics import RunSummary
 from .openai_api import check_openai_server, openai_backend
 from .records import RequestRecord
@@ -284,8 +283,9 @@ def sweep(target: str | Backend, concurrencies: Sequence[int] = (1, 2, 4, 8), sp
           progress: bool | None = None) -> list[RunSummary]:
     """:func:`run` at each concurrency in turn (closed loop), with ``spec`` for everything else.
     Requests per level: ``n_requests[c]`` where given, else ``spec.n_requests`` for every level,
-    else :func:`default_requests`; only the first level warms up and checks the server. A list of
-    summaries. ``ValueError`` when ``spec`` sets ``rate`` or ``concurrency`` (each level sets them)."""
+    else :func:`~labkit.serving.loadspec.default_requests`; only the first level warms up and checks
+    the server. A list of summaries. ``ValueError`` when ``spec`` sets ``rate`` or ``concurrency``
+    (each level sets them)."""
     spec = spec or LoadSpec()
     if not spec.closed or spec.concurrency is not None:
         raise ValueError("sweep runs one closed loop per concurrency: leave rate and concurrency out "

@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ENGINES = ("llamacpp", "vllm")
-
 
 def parser(doc: str, rounds: int | None = None, threads: bool = False,
            rounds_help: str = "rounds") -> argparse.ArgumentParser:
@@ -38,16 +36,12 @@ def parser(doc: str, rounds: int | None = None, threads: bool = False,
 
 def unavailable(engine: str) -> str | None:
     """Why ``engine`` (``llamacpp`` or ``vllm``) cannot run here, or None when it can."""
-    if engine == "llamacpp":
-        from labkit.engines import llamacpp
+    from labkit.engines.server import ENGINES
 
-        ok = llamacpp.llamacpp_available()
-        return None if ok else f"llama.cpp not built: {llamacpp.unavailable_reason()}"
-    if engine == "vllm":
-        from labkit.engines import vllm
-
-        return None if vllm.vllm_available() else f"vLLM not available: {vllm.unavailable_reason()}"
-    raise ValueError(f"engine={engine!r}: choose one of {', '.join(ENGINES)}")
+    if engine not in ("llamacpp", "vllm"):
+        raise ValueError(f"engine={engine!r}: choose one of llamacpp, vllm")
+    e = ENGINES[engine]
+    return None if e.available() else f"{e.name} cannot run here: {e.why_not()}"
 
 
 def setup(ap: argparse.ArgumentParser, engine: str,

@@ -24,8 +24,10 @@ import time
 
 import torch
 
+from labkit import models
 from labkit.engines import vllm
 from labkit.engines import vllm_prefix as prefix
+from labkit.engines.server import ENGINES
 from labkit.llm import prefix_cache as pc
 from labkit.settings import set_threads
 
@@ -40,7 +42,7 @@ def main() -> None:
     set_threads(1)
     stack = contextlib.ExitStack()
     use_vllm = not a.no_vllm and vllm.vllm_available()
-    starting = (concurrent.futures.ThreadPoolExecutor(1).submit(stack.enter_context, vllm.vllm_server())
+    starting = (concurrent.futures.ThreadPoolExecutor(1).submit(stack.enter_context, ENGINES["vllm"].serve())
                 if use_vllm else None)
 
     from labkit.models import load_llm
@@ -61,9 +63,9 @@ def main() -> None:
               f"{r['max_abs_diff']:>13.1e}")
     out: dict = {"local": rows}
     if starting is not None:
-        url = starting.result()
+        url = starting.result().url
         try:
-            v = prefix.hit_vs_miss(url, vllm.SERVED_NAME, tok, shared_tokens=384, n=2 if a.quick else 4)
+            v = prefix.hit_vs_miss(url, models.SERVED_NAME, tok, shared_tokens=384, n=2 if a.quick else 4)
         finally:
             stack.close()
         print(f"\nvLLM CPU, prefix caching on, {v['shared_tokens']}-token shared prefix, "
@@ -74,8 +76,8 @@ def main() -> None:
         out["vllm"] = {k: v[k] for k in ("hit_ttft_s", "miss_ttft_s", "ratio", "hit_rate", "miss_rate",
                                          "shared_tokens", "metric_names", "ttft_s")}
         if not a.quick:  # the same requests with prefix caching switched off: shared prefixes stop helping
-            with vllm.vllm_server(extra=["--no-enable-prefix-caching"]) as off_url:
-                off = prefix.hit_vs_miss(off_url, vllm.SERVED_NAME, tok, shared_tokens=384, n=4)
+            with ENGINES["vllm"].serve(extra=["--no-enable-prefix-caching"]) as off_server:
+                off = prefix.hit_vs_miss(off_server.url, models.SERVED_NAME, tok, shared_tokens=384, n=4)
             print(f"vLLM CPU, prefix caching off: shared-prefix TTFT {off['hit_ttft_s'] * 1e3:.0f} ms, "
                   f"distinct {off['miss_ttft_s'] * 1e3:.0f} ms (shared/distinct {off['ratio']:.2f}); "
                   f"on vs off for the shared prefix: {v['hit_ttft_s'] * 1e3:.0f} vs "

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from _common import finish, parser, setup
 
+from labkit import models
 from labkit.engines import process, vllm
 from labkit.engines import vllm_bench as vb
 from labkit.models import llm_dir
@@ -72,7 +73,7 @@ def main() -> int:
     prompts = [shipped[i] for i in sorted(np.random.default_rng(0).permutation(len(shipped))[: a.requests])]
     spec = LoadSpec(n_requests=len(prompts), concurrency=a.concurrency, max_tokens=a.max_tokens,
                     prompts=prompts, warmup=1, seed=0)
-    client = ClientSpec(model=vllm.SERVED_NAME, ignore_eos=True)
+    client = ClientSpec(model=models.SERVED_NAME, ignore_eos=True)
     runs: dict[str, list[dict]] = {"labkit": [], "vllm": []}
 
     session, server = vb.BenchSession(log_path=out / "vllm_bench.log"), None
@@ -97,7 +98,7 @@ def main() -> int:
                 if who == "labkit":
                     s = labkit_run(server.url, spec, client)
                 else:
-                    args = vb.bench_serve_args(server.url, llm_dir(server.dtype), vllm.SERVED_NAME, dataset,
+                    args = vb.bench_serve_args(server.url, llm_dir(server.dtype), models.SERVED_NAME, dataset,
                                                len(prompts), a.max_tokens, a.concurrency,
                                                out / f"vllm_bench_{i}.json")
                     if i == 0:

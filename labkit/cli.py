@@ -189,13 +189,14 @@ def _bench(a: argparse.Namespace) -> int:
         raise ValueError(f"--range-ratio must be in [0, 1), got {a.range_ratio}")
     if a.max_concurrency is not None and a.rate is None:
         raise ValueError("--max-concurrency caps an open loop: pass --rate too, or use -c for a closed loop")
+    engine = None
     if a.vllm or a.llamacpp:
-        settings.profile(), settings.cache_dir()  # read by the engine: fail now, not after loading
-    if a.llamacpp:
-        from .engines import llamacpp
+        from .engines.server import ENGINES
 
-        if not llamacpp.llamacpp_available():
-            raise ValueError(llamacpp.unavailable_reason())
+        settings.profile(), settings.cache_dir()  # read by the engine: fail now, not after loading
+        engine = ENGINES["vllm" if a.vllm else "llamacpp"]
+        if not engine.available():
+            raise ValueError(engine.why_not())
     _writable(a.out)
     slo = {k: v for k, v in (("ttft_ms", a.slo_ttft_ms), ("tpot_ms", a.slo_tpot_ms),
                              ("e2el_ms", a.slo_e2el_ms)) if v is not None} or None
@@ -211,20 +212,11 @@ def _bench(a: argparse.Namespace) -> int:
                     max_duration_s=a.max_duration)
     with contextlib.ExitStack() as stack:
         try:
-            if a.vllm:
-                from .engines.vllm import SERVED_NAME, vllm_server
-
-                print("starting vLLM (bundled model) ...", flush=True)
-                url = stack.enter_context(vllm_server())
-                a.model = a.model or SERVED_NAME
-            if a.llamacpp:
-                from .engines.llamacpp import SERVED_NAME as LLAMA_NAME
-                from .engines.llamacpp import llamacpp_server
-
-                print("starting llama.cpp's llama-server (bundled GGUF) ...", flush=True)
+            if engine is not None:
+                print(f"starting {engine.label} on the bundled model ...", flush=True)
                 slots = max([*a.concurrency, a.max_concurrency or 1])  # one slot per request in flight
-                url = stack.enter_context(llamacpp_server(parallel=slots))
-                a.model = a.model or LLAMA_NAME
+                started = stack.enter_context(engine.serve(**({"parallel": slots} if a.llamacpp else {})))
+                url, a.model = started.url, a.model or started.model
             target: str | Backend = url
             client: ClientSpec | None = None
             if a.backend.startswith("ollama"):

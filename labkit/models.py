@@ -51,6 +51,8 @@ WHISPER_BASE: dict[str, Any] = dict(
 LOCAL_LLMS = {"smollm2-135m": SMOLLM2}
 LOCAL_WHISPER = ("tiny.en", "base")
 LLM_DTYPES = ("float32", "bfloat16")
+#: The name vLLM and llama.cpp serve the bundled LLM under (chapters 02, 05, 06 and 08).
+SERVED_NAME = "smollm2"
 
 
 class ProvisionError(RuntimeError):

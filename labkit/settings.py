@@ -172,6 +172,13 @@ def ollama_model() -> str | None:
     return os.environ.get("LABKIT_OLLAMA_MODEL", "").strip() or None
 
 
+def under_ci() -> bool:
+    """Whether this runs under CI: ``$CI`` set to anything but empty, ``0`` or ``false`` (GitHub
+    Actions, GitLab and most CI systems set it). There the engines a chapter needs must run, not be
+    skipped (:mod:`labkit.engines.server`)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
 def watched() -> bool:
     """Whether a person is likely watching this process's output as it comes: stderr is a terminal,
     or this is a notebook kernel started by a Jupyter server (JupyterLab names the kernel's session in

@@ -80,7 +80,8 @@ def test_bad_environment_values_name_the_variable(capsys, monkeypatch, tmp_path,
     monkeypatch.setenv(var, value)
     import labkit.engines.vllm as vllm
 
-    monkeypatch.setattr(vllm, "vllm_server", lambda **kw: pytest.fail("vLLM must not start"))
+    monkeypatch.setattr(vllm, "start_vllm", lambda **kw: pytest.fail("vLLM must not start"))
+    monkeypatch.setattr(vllm, "vllm_available", lambda: True)
     args = ["--vllm"] if var != "LABKIT_BASE_URL" else []
     code, err = bench(capsys, *args, "--out", str(tmp_path / "out"))
     assert code == 2 and says in err and err.count("\n") == 1, err
@@ -115,6 +116,6 @@ def test_llamacpp_not_built_says_how_to_build(capsys, monkeypatch, tmp_path):
 
     monkeypatch.delenv("LABKIT_BASE_URL", raising=False)
     monkeypatch.setattr(llamacpp, "llamacpp_available", lambda: False)
-    monkeypatch.setattr(llamacpp, "llamacpp_server", lambda **kw: pytest.fail("nothing must start"))
+    monkeypatch.setattr(llamacpp, "start_llamacpp", lambda **kw: pytest.fail("nothing must start"))
     code, err = bench(capsys, "--llamacpp", "--out", str(tmp_path))
     assert code == 2 and "make llamacpp" in err and err.count("\n") == 1

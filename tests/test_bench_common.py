@@ -22,7 +22,7 @@ def test_setup_skips_a_missing_engine_with_its_reason(monkeypatch, capsys) -> No
     monkeypatch.setattr(llamacpp, "llamacpp_available", lambda: False)
     monkeypatch.setattr(llamacpp, "unavailable_reason", lambda: "run make llamacpp")
     a, _ = common.setup(common.parser("Title line.\nmore", rounds=3, threads=True), "llamacpp", [])
-    assert a is None and "llama.cpp not built: run make llamacpp; skipped" in capsys.readouterr().out
+    assert a is None and "llama.cpp cannot run here: run make llamacpp; skipped" in capsys.readouterr().out
 
 
 def test_setup_fills_in_llamacpps_threads(monkeypatch) -> None:

@@ -17,7 +17,9 @@ from typing import cast
 import numpy as np
 import pytest
 
+from labkit import models
 from labkit.engines import prometheus
+from labkit.engines.server import ENGINES
 from labkit.hardware import machine
 from labkit.production import monitor, server_gauges
 from labkit.production.monitor_options import add_monitor_arguments
@@ -558,9 +560,9 @@ def test_watched_run_on_a_real_llama_server():
         if llamacpp.llamacpp_required():
             pytest.fail(f"CI must build llama.cpp: {llamacpp.unavailable_reason()}")
         pytest.skip(llamacpp.unavailable_reason())
-    with llamacpp.llamacpp_server(threads=1, parallel=2) as url:
+    with ENGINES["llamacpp"].serve(threads=1, parallel=2) as server:
         spec = LoadSpec(n_requests=6, concurrency=3, max_tokens=8, warmup=0, prompts=["Count to three."])
-        samples, run = monitor.watched_run(url, llamacpp.SERVED_NAME, spec, interval_s=0.05)
+        samples, run = monitor.watched_run(server.url, models.SERVED_NAME, spec, interval_s=0.05)
     assert run.completed == 6 and all(s.get("engine") == "llamacpp" for s in samples if "error" not in s)
     c = monitor.server_vs_client(samples, run.requests)
     assert c["client_tokens"] == 48 and c["ratio"] == 1.0 and c["max_running"] >= 1

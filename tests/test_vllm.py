@@ -8,12 +8,13 @@ x86_64, where the Makefile installs it and a missing server is a failure. Every 
 
 import pytest
 
+from labkit import models
 from labkit.engines import process, prometheus, vllm
 from labkit.engines.vllm import vllm_required
 from labkit.serving import loadgen, loadspec, openai_api, streaming
 
 pytestmark = pytest.mark.slow  # each test uses the session's real vLLM server
-SERVED = loadspec.ClientSpec(model=vllm.SERVED_NAME, ignore_eos=True)
+SERVED = loadspec.ClientSpec(model=models.SERVED_NAME, ignore_eos=True)
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +77,6 @@ def test_vllm_errors_and_completions(vllm_url):
         openai_api.check_openai_server(vllm_url, "gpt-4o")
     r = streaming.measure(openai_api.openai_backend(vllm_url, "gpt-4o"), "hi", 4)
     assert r.status == "http_error" and r.http_status == 404 and "gpt-4o" in (r.error or "")
-    r = streaming.measure(openai_api.openai_backend(vllm_url, vllm.SERVED_NAME, endpoint="completions",
+    r = streaming.measure(openai_api.openai_backend(vllm_url, models.SERVED_NAME, endpoint="completions",
                                                    ignore_eos=True), "Once upon a time", 6)
     assert r.status == "ok" and r.output_tokens == 6 and r.text

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..models import SERVED_NAME
 from . import llamacpp, process
 
 BASE = "Q4_1"
@@ -58,7 +59,7 @@ def answer(gguf: str | Path, question: str, max_tokens: int = 40,
 
     server = llamacpp.start_llamacpp(gguf, threads=threads, parallel=1, ctx_per_slot=512)
     try:
-        rec = streaming.measure(openai_api.openai_backend(server.url, llamacpp.SERVED_NAME, temperature=0.0),
+        rec = streaming.measure(openai_api.openai_backend(server.url, SERVED_NAME, temperature=0.0),
                                 question, max_tokens)
     finally:
         process.stop(server)

@@ -4,10 +4,11 @@
 
 Usage::
 
-    from labkit.engines.llamacpp import llamacpp_server, bench
-    with llamacpp_server() as url:        # the bundled SmolLM2 Q4_1 GGUF as "smollm2"; ready in ~1 s
-        ...                               # the same OpenAI API as vLLM's (labkit.serving.loadgen)
-    bench(threads=2)                      # llama-bench: prompt and generation tok/s
+    from labkit.engines.llamacpp import bench
+    from labkit.engines.server import ENGINES
+    with ENGINES["llamacpp"].serve() as t:  # the bundled SmolLM2 Q4_1 GGUF as "smollm2"; ready in ~1 s
+        ...                                 # the same OpenAI API as vLLM's (labkit.serving.loadgen)
+    bench(threads=2)                        # llama-bench: prompt and generation tok/s
 
 Server flags (:func:`llamacpp_command`): ``--alias`` (otherwise it serves the model under its file
 path), ``-t``/``-tb`` threads, ``--parallel`` slots (requests decoded together, continuous batching),
@@ -17,22 +18,21 @@ path), ``-t``/``-tb`` threads, ``--parallel`` slots (requests decoded together, 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import settings
+from ..models import SERVED_NAME
 from . import llamacpp_build, process, prometheus
 from .process import Server, free_port
 
-__all__ = ["bench", "gguf_type", "llamacpp_available", "llamacpp_server", "parse_bench", "perplexity",
-           "quantize", "start_llamacpp"]
+__all__ = ["bench", "gguf_type", "llamacpp_available", "parse_bench", "perplexity", "quantize",
+           "start_llamacpp"]
 
-SERVED_NAME = "smollm2"
 #: llama-quantize's names for the levels chapter 06 compares (F32/F16 are not quantized).
 LEVELS = ("F16", "Q8_0", "Q4_K_M", "Q4_0")
 
@@ -50,8 +50,7 @@ def unavailable_reason() -> str:
 def llamacpp_required() -> bool:
     """Whether a chapter must not skip its llama.cpp cells: under CI (``$CI`` set) on a machine
     that can build the tools, where ``make test`` builds them first."""
-    return (os.environ.get("CI", "").lower() not in ("", "0", "false")
-            and not llamacpp_build.missing_prerequisites())
+    return settings.under_ci() and not llamacpp_build.missing_prerequisites()
 
 
 def default_threads() -> int:
@@ -109,13 +108,6 @@ def start_llamacpp(gguf: str | Path | None = None, port: int | None = None, serv
     return process.start(cmd, port, "llamacpp", served_name, gguf_type(gguf), log_path=log_path,
                          ready_timeout_s=ready_timeout_s, name="llama-server")
 
-
-@contextlib.contextmanager
-def llamacpp_server(**kwargs: Any) -> Iterator[str]:
-    """``with llamacpp_server() as url:`` the base URL of a ready llama-server, stopped on exit.
-    Arguments as :func:`start_llamacpp`."""
-    with process.running(start_llamacpp, **kwargs) as server:
-        yield server.url
 
 
 def scrape_metrics(base_url: str, prefix: str = "llamacpp:") -> dict[str, float]:

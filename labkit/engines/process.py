@@ -1,7 +1,7 @@
 """The life of a server process the lab starts (vLLM and llama.cpp alike; chapters 02, 04, 05, 06, 08).
 
 * :func:`start` starts a server and waits until it answers; :func:`running` is the ``with`` form
-  (``vllm_server``/``llamacpp_server`` are thin wrappers of both).
+  (:class:`labkit.engines.server.Engine` starts each engine through them).
 * :func:`spawn` starts it in its own process group, through :mod:`labkit.engines.guard`, so it dies
   with the Python process that started it, whether that process ends by SIGTERM, SIGINT, SIGKILL or a
   crash (on 2 cores an orphaned server skews every later measurement), and records it in

@@ -8,10 +8,10 @@ Usage::
 
     from labkit.serving.loadgen import run
     from labkit.serving.loadspec import ClientSpec, LoadSpec
-    from labkit.engines.vllm import vllm_available, vllm_server
-    if vllm_available():
-        with vllm_server() as url:            # about 20-40 s until /health answers on 2 CPU cores
-            s = run(url, LoadSpec(n_requests=8, concurrency=4, max_tokens=32), ClientSpec(model="smollm2"))
+    from labkit.engines.server import ENGINES
+    if ENGINES["vllm"].available():
+        with ENGINES["vllm"].serve() as t:    # about 20-40 s until /health answers on 2 CPU cores
+            s = run(t.url, LoadSpec(n_requests=8, concurrency=4, max_tokens=32), ClientSpec(model=t.model))
             print(s.ttft.median, s.output_throughput)
 
 ``make serve`` (= ``python -m labkit.engines.vllm --port 8000``) runs the same server in the foreground.
@@ -38,24 +38,22 @@ Flags, and why (see :func:`vllm_command` and :func:`vllm_env`):
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from .. import settings
+from ..models import SERVED_NAME
 from ..paths import REPO
 from . import process, prometheus
 from .process import Server, free_port, guarded, stop
 
-__all__ = ["start_vllm", "vllm_available", "vllm_server"]
+__all__ = ["start_vllm", "vllm_available"]
 
 VLLM_VENV = REPO / ".venv-vllm"
-SERVED_NAME = "smollm2"
 
 
 def vllm_python() -> Path:
@@ -77,7 +75,7 @@ def vllm_required() -> bool:
     """Whether a chapter must not skip its vLLM cells: on Linux x86_64 under CI (``$CI`` set,
     as GitHub Actions, GitLab and most CI systems do), where ``make test`` installs vLLM first."""
     return (platform.system() == "Linux" and platform.machine() == "x86_64"
-            and os.environ.get("CI", "").lower() not in ("", "0", "false"))
+            and settings.under_ci())
 
 
 def unavailable_reason() -> str:
@@ -149,13 +147,6 @@ def start_vllm(model_dir: str | Path | None = None, port: int | None = None, ser
                          env=vllm_env(threads, kv_cache_gib), death_signal=signal.SIGTERM,
                          ready_timeout_s=ready_timeout_s, name="vLLM")
 
-
-@contextlib.contextmanager
-def vllm_server(**kwargs: Any) -> Iterator[str]:
-    """``with vllm_server() as url:`` the base URL of a ready vLLM server, stopped on exit.
-    Arguments as :func:`start_vllm`."""
-    with process.running(start_vllm, **kwargs) as server:
-        yield server.url
 
 
 def scrape_metrics(base_url: str, prefix: str = "vllm:") -> dict[str, float]:

@@ -15,7 +15,7 @@ from labkit.paths import NOTEBOOKS, REPO
 
 def test_take_returns_the_named_variables_in_order():
     assert figures.take({"a": 1, "b": 2, "c": 3}, "c a") == (3, 1)
-    assert figures.take({"a": 1, "b": 2}, ("b ", "a")) == (2, 1)
+    assert figures.take({"a": 1, "b": 2}, " b\n a ") == (2, 1)
 
 
 def test_keep_names_the_variable_the_page_lacks(monkeypatch):

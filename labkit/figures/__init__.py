@@ -18,9 +18,9 @@ class NotOnPage(LookupError):
     """A figure reads a variable the chapter's page did not define in this run."""
 
 
-def take(page: Mapping[str, Any], names: str | tuple[str, ...]) -> tuple[Any, ...]:
+def take(page: Mapping[str, Any], names: str) -> tuple[Any, ...]:
     """The page's variables named in ``names`` (space-separated), in that order."""
-    wanted = " ".join(names).split() if isinstance(names, tuple) else names.split()
+    wanted = names.split()
     missing = [n for n in wanted if n not in page]
     if missing:
         raise NotOnPage(", ".join(missing))

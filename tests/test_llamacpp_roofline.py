@@ -1,4 +1,4 @@
-"""Chapter 04's llama.cpp point on the roofline (labkit.engines.llamacpp_roofline): the arithmetic against
+"""Chapter 04's llama.cpp point on the roofline (labkit.experiments.llamacpp_roofline): the arithmetic against
 hand-computed answers, and the measurement's bookkeeping with llama-bench and the copy benchmark
 replaced by fakes (the fastest round, the best bandwidth, torch's threads restored, the KV depth)."""
 
@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 import torch
 
-from labkit.engines import llamacpp_roofline as lr
+from labkit.experiments import llamacpp_roofline as lr
 from labkit.models import gguf_path
 
 

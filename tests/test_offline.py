@@ -1,11 +1,11 @@
-"""labkit.engines.offline (chapter 01): a child process whose networking is refused by an audit hook
+"""labkit.experiments.offline (chapter 01): a child process whose networking is refused by an audit hook
 installed before anything imports; the control child without it reaches the same port."""
 
 import socket
 
 import pytest
 
-from labkit.engines import offline
+from labkit.experiments import offline
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
 """Prefix caching: KV reuse, cached-token counts, reload vs recompute, vLLM's counters
-(labkit.llm.prefix_cache and labkit.engines.vllm_prefix, chapter 06)."""
+(labkit.llm.prefix_cache and labkit.experiments.vllm_prefix, chapter 06)."""
 
 import pytest
 import torch
 
 from labkit.engines.prometheus import samples
-from labkit.engines.vllm_prefix import hit_rate, prefix_metric_names, prompts
+from labkit.experiments.vllm_prefix import hit_rate, prefix_metric_names, prompts
 from labkit.llm import prefix_cache as pc
 from labkit.llm.architecture import load_config, param_count
 from labkit.llm.kvcache import cache_tensor_bytes, kv_cache_bytes_for_config

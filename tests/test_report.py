@@ -655,7 +655,7 @@ def test_the_decode_speed_table_shows_what_chapters_recorded():
     assert "llama-bench, 2 threads" in decode_speed_section(results)
     assert decode_speed_section({}) == ""
     # every key names a figure its chapter recorded for the committed report (GGUF figures come from
-    # labkit.engines.gguf_levels.figures, out of the notebooks' sight)
+    # labkit.experiments.gguf_levels.figures, out of the notebooks' sight)
     committed = json.loads((REPO / "reports" / "results.json").read_text())["results"]
     for chapter, key, *_ in SPEEDS:
         assert key in ((committed.get(chapter) or {}).get("values") or {}), (chapter, key)

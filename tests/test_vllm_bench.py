@@ -1,4 +1,4 @@
-"""vLLM's own serving benchmark driven from labkit (chapter 02, labkit.engines.vllm_bench): its options,
+"""vLLM's own serving benchmark driven from labkit (chapter 02, labkit.experiments.vllm_bench): its options,
 the prompt file, the subprocess through the shim (against a stand-in ``vllm`` package, so no vLLM is
 needed), the result read back and the agreement rows. One slow test parses the options with the real
 ``vllm bench serve`` parser where the vLLM venv exists."""
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from labkit.engines import vllm
-from labkit.engines import vllm_bench as vb
+from labkit.experiments import vllm_bench as vb
 
 ARGS: dict[str, Any] = dict(base_url="http://127.0.0.1:8000/", model="/models/smollm2", served_name="smollm2",
             dataset="/tmp/p.json", num_prompts=12, max_tokens=32, concurrency=2)

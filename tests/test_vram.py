@@ -1,8 +1,8 @@
-"""labkit.engines.vram: what a ``vllm serve`` command needs, from shipped configs (chapter 05)."""
+"""labkit.experiments.vram: what a ``vllm serve`` command needs, from shipped configs (chapter 05)."""
 
 import pytest
 
-from labkit.engines import vram
+from labkit.experiments import vram
 from labkit.llm.architecture import load_config
 
 

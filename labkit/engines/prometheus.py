@@ -29,7 +29,7 @@ import numpy as np
 NAN = float("nan")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 #: The names one figure has had in vLLM, newest first (renamed in the V1 engine). Prefix-cache
-#: counters changed more often: :func:`labkit.engines.vllm_prefix.prefix_metric_names` finds them.
+#: counters changed more often: :func:`labkit.experiments.vllm_prefix.prefix_metric_names` finds them.
 RENAMED: dict[str, tuple[str, ...]] = {
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),

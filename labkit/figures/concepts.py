@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..engines.offline import refused
+from ..experiments.offline import refused
 from ..hardware import roofline
 from ..results import record
 from . import take

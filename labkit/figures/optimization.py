@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engines import gguf_levels as GL
 from ..engines import llamacpp
+from ..experiments import gguf_levels as GL
 from ..hardware.catalog import ACCELERATORS
 from ..llm import quant_bench as QB
 from ..llm.architecture import load_config

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engines import engine_runs, vram
+from ..experiments import engine_runs, vram
 from ..llm import fusion
 from ..results import record, unmeasured
 from . import take

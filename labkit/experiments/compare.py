@@ -7,8 +7,8 @@ single-stream decode speed (tokens/s a user sees) and aggregate throughput (toke
 machine produces for everyone). Measuring is :mod:`labkit.serving.loadgen`'s job; serving is
 :mod:`labkit.engines.vllm`'s and :mod:`labkit.engines.llamacpp`'s.
 
-Three engines on the same requests, with memory: :mod:`labkit.engines.engine_runs`; which part of
-their differences is the weight format's and which the engine's: :mod:`labkit.engines.format_vs_engine`.
+Three engines on the same requests, with memory: :mod:`labkit.experiments.engine_runs`; which part of
+their differences is the weight format's and which the engine's: :mod:`labkit.experiments.format_vs_engine`.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ ENGINES: list[dict[str, str]] = [
 
 def available_here() -> dict[str, str]:
     """Engine name -> what this machine can do with it right now, in words (nothing is started)."""
+    from ..engines.vllm import unavailable_reason, vllm_available
     from ..serving.ollama_api import ollama_available
-    from .vllm import unavailable_reason, vllm_available
 
     def has(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
@@ -64,8 +64,8 @@ def available_here() -> dict[str, str]:
         out["TensorRT-LLM"] = "installed, NVIDIA GPU present"
     else:
         out["TensorRT-LLM"] = "not here: NVIDIA GPUs only" if not cuda else "not installed"
-    from .llamacpp import llamacpp_available
-    from .llamacpp import unavailable_reason as llamacpp_reason
+    from ..engines.llamacpp import llamacpp_available
+    from ..engines.llamacpp import unavailable_reason as llamacpp_reason
 
     out["llama.cpp"] = ("runs here (llama-server, built by make llamacpp)" if llamacpp_available()
                         else f"not here: {llamacpp_reason()}")

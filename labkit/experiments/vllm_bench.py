@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .vllm import vllm_python
+from ..engines.vllm import vllm_python
 
 #: What ``vllm bench serve ARGS`` runs, without the console script's version lookup.
 SHIM = ("import sys\n"

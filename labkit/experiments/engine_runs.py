@@ -2,10 +2,10 @@
 
 :func:`measure_engine` starts vLLM's CPU build or llama.cpp's llama-server (through
 :func:`labkit.engines.server.measured_server`), runs the same prompts at 1, 4 and 8 requests in
-flight (:func:`labkit.engines.compare.measure_server`) and reads the server's resident memory
+flight (:func:`labkit.experiments.compare.measure_server`) and reads the server's resident memory
 (:func:`process_tree_memory`, psutil); :func:`transformers_run` wraps transformers ``generate`` the
 same way. Each gives an :class:`EngineRun`; :func:`engine_rows` and :func:`memory_rows` tabulate
-them, and :mod:`labkit.engines.format_vs_engine` explains them. :func:`paired_decode_rounds`
+them, and :mod:`labkit.experiments.format_vs_engine` explains them. :func:`paired_decode_rounds`
 measures vLLM and llama.cpp in turn, round after round, for the format/engine split.
 """
 
@@ -66,7 +66,7 @@ def server_pid(url: str) -> int | None:
     :func:`labkit.engines.process.lab_servers` reads); ``None`` for a server the lab did not start."""
     from urllib.parse import urlsplit
 
-    from .process import lab_servers
+    from ..engines.process import lab_servers
 
     port = urlsplit(url).port
     return next((int(s["pid"]) for s in lab_servers() if port is not None and s.get("port") == port), None)
@@ -120,7 +120,7 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
     ``-t``/``-tb``). An engine that cannot run here comes back ``skipped`` with the reason, except
     under CI, where the engine is required and its absence raises."""
     from .. import settings
-    from . import llamacpp, server, vllm
+    from ..engines import llamacpp, server, vllm
 
     asked = n_requests or IN_FLIGHT_REQUESTS
     counts = {c: asked.get(c) or IN_FLIGHT_REQUESTS.get(c, 2 * c) for c in in_flight}
@@ -168,7 +168,7 @@ def paired_decode_rounds(prompts: Sequence[str], max_tokens: int = 16, rounds: i
     hits both alike: ``{"vllm": [...], "llamacpp": [...]}``, each round's median TPOT in ms (chapter
     05's engine factor is taken round by round from these). ``RuntimeError`` where either engine
     cannot run here; a request that fails raises too."""
-    from . import llamacpp, server, vllm
+    from ..engines import llamacpp, server, vllm
 
     for ok, why in ((vllm.vllm_available(), vllm.unavailable_reason), (llamacpp.llamacpp_available(),
                                                                          llamacpp.unavailable_reason)):

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..engines import prometheus
 from ..serving import loadgen, loadspec
-from . import prometheus
 
 # A system prompt long enough to fill several cache blocks; numbered rules keep it plain text.
 _RULE = ("Rule {k}: answer in plain words, quote the manual section {k} you relied on, say when the manual "

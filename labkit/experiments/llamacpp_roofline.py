@@ -15,7 +15,7 @@ run kept, and fits seconds per token = fixed + bytes ÷ effective bandwidth acro
 ceiling than the same model with more bytes per token (``benchmarks/llamacpp_roofline.py``).
 Units: bytes, bytes/s, tokens/s, FLOPs/byte, FLOP/s.
 
-    from labkit.engines.llamacpp_roofline import decode_on_roofline
+    from labkit.experiments.llamacpp_roofline import decode_on_roofline
     r = decode_on_roofline(threads=(1, 2))     # a few seconds per thread count and round
     r["rows"][0]["achieved"]                   # fraction of the ceiling, 1 thread
 """
@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from ..engines import llamacpp
 from ..hardware import roofline
 from ..hardware.caches import last_level_cache_bytes
 from ..hardware.microbench import memory_bandwidth, time_fn
 from ..llm import gguf_header
 from ..llm.gguf_bytes import gguf_bytes_per_token
 from ..settings import torch_threads
-from . import llamacpp
 
 
 def decode_point(params: float, bytes_per_token: float, tokens_per_s: float,

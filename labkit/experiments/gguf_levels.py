@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..engines import llamacpp, process
 from ..models import SERVED_NAME
-from . import llamacpp, process
 
 BASE = "Q4_1"
 #: The precision steps whose decode speed-up chapter 06 compares with the tutorial's 30-50%.
@@ -35,8 +35,8 @@ def level_files(levels: Sequence[str] = llamacpp.LEVELS, src: str | Path | None 
     ``llama-quantize`` into ``folder`` (default: ``<lab cache>/gguf/llamacpp-<version>``, named
     ``<src name>-<level>.gguf``) and reused on later runs. Quantizing the 135M model takes about a
     second per level."""
+    from ..engines.llamacpp_build import VERSION
     from ..models import gguf_path
-    from .llamacpp_build import VERSION
 
     src = Path(src) if src is not None else gguf_path()
     if folder is None:

@@ -27,7 +27,7 @@ import textwrap
 import time
 from typing import Any
 
-from .process import guarded
+from ..engines.process import guarded
 
 REFUSED = "NetworkRefused"
 MARK = "LABKIT_OFFLINE "

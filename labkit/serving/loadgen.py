@@ -125,7 +125,7 @@ def _plan(spec: LoadSpec) -> list[_Planned]:
 
 
 def _backend(target: str | Backend, client: ClientSpec | None) -> Backend:
-    if isinstance(target, Backend):
+    if not isinstance(target, str):
         if client is not None:
             raise ValueError(f"{target.name} is a Backend: it brings its own client settings. Pass "
                              "them to openai_backend/ollama_backend, or pass the server's URL with this "
@@ -247,7 +247,7 @@ def run(target: str | Backend, spec: LoadSpec | None = None, client: ClientSpec 
     if be.max_concurrency is not None and (concurrency is None or concurrency > be.max_concurrency):
         raise ValueError(f"{be.name} serves at most {be.max_concurrency} request(s) at a time; "
                          f"use LoadSpec(concurrency={be.max_concurrency})")
-    if check and be.check is not None:
+    if check:
         be.check()
     plan = _plan(spec)
     label = label or (f"c{concurrency}" if spec.closed else f"rate{spec.rate:g}")

@@ -7,10 +7,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from .records import RequestRecord, fail, new_record
-from .streaming import Backend
 
 
 def generate_timed(model: Any, tokenizer: Any, prompt: str, max_tokens: int = 32,
@@ -70,16 +70,35 @@ def generate_timed(model: Any, tokenizer: Any, prompt: str, max_tokens: int = 32
     return rec
 
 
-def transformers_backend(model: Any, tokenizer: Any, chat: bool = True, ignore_eos: bool = False) -> Backend:
-    """:func:`generate_timed` behind the :class:`Backend` interface (one request at a time: an
-    in-process model has no batching scheduler, so ``max_concurrency`` is 1)."""
+@dataclass(frozen=True)
+class TransformersBackend:
+    """:func:`generate_timed` behind the :class:`~labkit.serving.streaming.Backend` interface (chapter
+    02): one request at a time (an in-process model has no batching scheduler, so ``max_concurrency``
+    is 1); ``chat`` applies the tokenizer's chat template, ``ignore_eos`` generates every token asked."""
+
+    model: Any
+    tokenizer: Any
+    chat: bool = True
+    ignore_eos: bool = False
+    max_concurrency: int | None = 1
+
+    @property
+    def name(self) -> str:
+        return f"transformers {getattr(self.model, 'name_or_path', '')}"
 
     @contextlib.asynccontextmanager
-    async def session() -> AsyncIterator[None]:
+    async def session(self) -> AsyncIterator[None]:
         yield None
 
-    async def send(_: Any, prompt: str, max_tokens: int) -> RequestRecord:
-        return await asyncio.to_thread(generate_timed, model, tokenizer, prompt, max_tokens, chat, ignore_eos)
+    async def send(self, session: Any, prompt: str, max_tokens: int) -> RequestRecord:
+        return await asyncio.to_thread(generate_timed, self.model, self.tokenizer, prompt, max_tokens,
+                                       self.chat, self.ignore_eos)
 
-    return Backend(name=f"transformers {getattr(model, 'name_or_path', '')}", session=session,
-                   send=send, max_concurrency=1)
+    def check(self) -> None:
+        """Nothing to reach: the model is in this process."""
+
+
+def transformers_backend(model: Any, tokenizer: Any, chat: bool = True,
+                         ignore_eos: bool = False) -> TransformersBackend:
+    """The :class:`TransformersBackend` of ``model`` and ``tokenizer``."""
+    return TransformersBackend(model, tokenizer, chat, ignore_eos)

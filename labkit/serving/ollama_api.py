@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .records import Part, RequestRecord, ServerTiming, Status, fail, finish_record, new_record
-from .streaming import Backend, ServerError
+from .streaming import ServerError
 
 OLLAMA_HOST = "http://127.0.0.1:11434"
 
@@ -50,37 +51,56 @@ def ollama_server_timing(final: dict[str, Any]) -> ServerTiming:
                         total_s=ns("total_duration"), eval_tokens_per_s=n / eval_s if n and eval_s else None)
 
 
-def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generate",
-                   temperature: float = 0.0, timeout_s: float = 120.0,
-                   total_timeout_s: float | None = None) -> Backend:
-    """A streaming client for Ollama's ``/api/generate`` or ``/api/chat`` through the official
-    ``ollama`` Python client. ``max_tokens`` becomes ``options.num_predict``. The record's ``server``
-    holds Ollama's own timings (:func:`ollama_server_timing`); tokens come from its
-    ``eval_count``. ``timeout_s``: read timeout between chunks; ``total_timeout_s``: optional bound
-    on the whole request (seconds), as for :func:`labkit.serving.openai_api.openai_backend`."""
-    import httpx
-    import ollama
+@dataclass(frozen=True)
+class OllamaBackend:
+    """The :class:`~labkit.serving.streaming.Backend` of an Ollama server (chapter 02); made by
+    :func:`ollama_backend`, which documents its settings."""
 
-    if endpoint not in ("generate", "chat"):
-        raise ValueError(f"endpoint must be 'generate' or 'chat', got {endpoint!r}")
-    host = host.rstrip("/")
-    name = f"ollama-{endpoint}"
+    model: str
+    host: str = OLLAMA_HOST
+    endpoint: str = "generate"
+    temperature: float = 0.0
+    timeout_s: float = 120.0
+    total_timeout_s: float | None = None
+    max_concurrency: int | None = None
 
-    def session() -> Any:
-        return ollama.AsyncClient(host=host, timeout=httpx.Timeout(timeout_s, connect=10.0))
+    @property
+    def kind(self) -> str:
+        return f"ollama-{self.endpoint}"
 
-    async def send(client: Any, prompt: str, max_tokens: int) -> RequestRecord:
-        rec = new_record(name)
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.host} {self.model}"
+
+    def session(self) -> Any:
+        """An ``ollama.AsyncClient`` with the read timeout."""
+        import httpx
+        import ollama
+
+        return ollama.AsyncClient(host=self.host, timeout=httpx.Timeout(self.timeout_s, connect=10.0))
+
+    def check(self) -> None:
+        check_ollama(self.host, self.model)
+
+    async def send(self, session: Any, prompt: str, max_tokens: int) -> RequestRecord:
+        """Send ``prompt`` on ``session`` (the client :meth:`session` opened) and time its stream."""
+        import httpx
+        import ollama
+
+        client = session
+        rec = new_record(self.kind)
         parts: list[Part] = []
         final: dict[str, Any] = {}
-        options = {"num_predict": max_tokens, "temperature": temperature}
+        options = {"num_predict": max_tokens, "temperature": self.temperature}
         try:
-            async with asyncio.timeout(total_timeout_s):
-                if endpoint == "chat":
-                    stream = await client.chat(model=model, messages=[{"role": "user", "content": prompt}],
-                                               stream=True, options=options)
+            async with asyncio.timeout(self.total_timeout_s):
+                if self.endpoint == "chat":
+                    messages = [{"role": "user", "content": prompt}]
+                    stream = await client.chat(model=self.model, messages=messages, stream=True,
+                                               options=options)
                 else:
-                    stream = await client.generate(model=model, prompt=prompt, stream=True, options=options)
+                    stream = await client.generate(model=self.model, prompt=prompt, stream=True,
+                                                   options=options)
                 async for part in stream:
                     t = time.perf_counter()
                     obj = part.model_dump()
@@ -99,10 +119,10 @@ def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generat
             rec.status = "ok"
             return rec
         except ConnectionError:
-            return fail(rec, "connect_error", f"no Ollama server answers at {host}: start Ollama "
+            return fail(rec, "connect_error", f"no Ollama server answers at {self.host}: start Ollama "
                          "(`ollama serve`) or pass host=")
         except httpx.ConnectError as e:
-            return fail(rec, "connect_error", f"no Ollama server answers at {host} ({e})")
+            return fail(rec, "connect_error", f"no Ollama server answers at {self.host} ({e})")
         except ollama.ResponseError as e:
             finish_record(rec, parts)
             status: Status = "http_error" if e.status_code and e.status_code > 0 else "error"
@@ -110,14 +130,25 @@ def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generat
             return fail(rec, status, f"Ollama answered {e.status_code}: {e.error}")
         except httpx.TimeoutException:
             finish_record(rec, parts)
-            return fail(rec, "timeout", f"no data from Ollama for {timeout_s} s (read timeout between "
+            return fail(rec, "timeout", f"no data from Ollama for {self.timeout_s} s (read timeout between "
                         "chunks): raise timeout_s if the model is slow to load")
         except TimeoutError:
             finish_record(rec, parts)
-            return fail(rec, "timeout", f"no complete answer within {total_timeout_s} s (total_timeout_s)")
+            return fail(rec, "timeout",
+                        f"no complete answer within {self.total_timeout_s} s (total_timeout_s)")
         except (httpx.RemoteProtocolError, httpx.ReadError, ValueError) as e:
             finish_record(rec, parts)
             return fail(rec, "broken_stream", f"the stream broke: {type(e).__name__}: {e}")
 
-    return Backend(name=f"{name} {host} {model}", session=session, send=send,
-                   check=lambda: check_ollama(host, model))
+
+def ollama_backend(model: str, host: str = OLLAMA_HOST, endpoint: str = "generate",
+                   temperature: float = 0.0, timeout_s: float = 120.0,
+                   total_timeout_s: float | None = None) -> OllamaBackend:
+    """A streaming client for Ollama's ``/api/generate`` or ``/api/chat`` through the official
+    ``ollama`` Python client. ``max_tokens`` becomes ``options.num_predict``. The record's ``server``
+    holds Ollama's own timings (:func:`ollama_server_timing`); tokens come from its
+    ``eval_count``. ``timeout_s``: read timeout between chunks; ``total_timeout_s``: optional bound
+    on the whole request (seconds), as for :func:`labkit.serving.openai_api.openai_backend`."""
+    if endpoint not in ("generate", "chat"):
+        raise ValueError(f"endpoint must be 'generate' or 'chat', got {endpoint!r}")
+    return OllamaBackend(model, host.rstrip("/"), endpoint, temperature, timeout_s, total_timeout_s)

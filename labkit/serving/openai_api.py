@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .records import Part, RequestRecord, ServerTiming, Status, error_text, fail, finish_record, new_record
 from .sse import SSEEvent, SSEParser
-from .streaming import Backend, ServerError, base_url_of
+from .streaming import ServerError, base_url_of
 
 
 def check_openai_server(base_url: str, model: str | None = None, timeout_s: float = 5.0) -> list[str]:
@@ -139,48 +140,61 @@ def request_body(model: str, prompt: str, max_tokens: int, endpoint: str = "chat
     return b | (extra_body or {})
 
 
-def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer: Any = None,
-                   ignore_eos: bool = False, continuous_usage: bool = True, temperature: float = 0.0,
-                   timeout_s: float = 120.0, extra_body: dict[str, Any] | None = None,
-                   total_timeout_s: float | None = None, finish_grace_s: float = 2.0) -> Backend:
-    """A streaming client for ``/v1/chat/completions`` (``endpoint="chat"``) or ``/v1/completions``
-    (``"completions"``). ``ignore_eos`` (vLLM, SGLang) makes every request generate exactly
-    ``max_tokens``; ``continuous_usage=False`` for servers that reject vLLM's
-    ``continuous_usage_stats`` option.
+@dataclass(frozen=True)
+class OpenAIBackend:
+    """The :class:`~labkit.serving.streaming.Backend` of an OpenAI-compatible server (chapter 02); made
+    by :func:`openai_backend`, which documents its settings and decisions. ``base``: ``http://host:port``."""
 
-    Timeouts (seconds), as GuideLLM's: ``timeout_s`` is a read timeout, the longest wait for the
-    next bytes (so a long generation never times out while tokens flow); ``total_timeout_s``
-    optionally bounds the whole request. After ``finish_reason`` the client waits at most
-    ``finish_grace_s`` for the usage chunk and ``[DONE]``, then stops reading (status ok).
+    base: str
+    model: str
+    endpoint: str = "chat"
+    tokenizer: Any = None
+    ignore_eos: bool = False
+    continuous_usage: bool = True
+    temperature: float = 0.0
+    timeout_s: float = 120.0
+    extra_body: dict[str, Any] | None = None
+    total_timeout_s: float | None = None
+    finish_grace_s: float = 2.0
+    max_concurrency: int | None = None
 
-    Decisions: ``[DONE]`` or a ``finish_reason`` completes a request; a stream that ends without
-    either is ``broken_stream``. A connection reset (or a server that keeps the connection open)
-    after ``finish_reason`` but before ``[DONE]`` is counted ``ok``, as ``vllm bench serve``
-    counts it: every token arrived; the record's ``note`` says what happened. An error the server
-    reports inside the stream is status ``error``, even when ``[DONE]`` follows."""
-    import httpx
+    @property
+    def kind(self) -> str:
+        return f"openai-{self.endpoint}"
 
-    if endpoint not in ("chat", "completions"):
-        raise ValueError(f"endpoint must be 'chat' or 'completions', got {endpoint!r}")
-    base = base_url_of(base_url)
-    url = f"{base}/v1/chat/completions" if endpoint == "chat" else f"{base}/v1/completions"
-    name = f"openai-{endpoint}"
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.base} {self.model}"
 
-    def session() -> httpx.AsyncClient:
+    @property
+    def url(self) -> str:
+        return f"{self.base}/v1/{'chat/completions' if self.endpoint == 'chat' else 'completions'}"
+
+    def session(self) -> Any:
+        """An ``httpx.AsyncClient`` with the read timeout and no connection cap."""
+        import httpx
+
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits)
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=10.0), limits=limits)
 
-    async def send(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> RequestRecord:
-        rec = new_record(name)
+    def check(self) -> None:
+        check_openai_server(self.base, self.model)
+
+    async def send(self, session: Any, prompt: str, max_tokens: int) -> RequestRecord:
+        """Send ``prompt`` on ``session`` (the client :meth:`session` opened) and time its stream."""
+        import httpx
+
+        client: httpx.AsyncClient = session
+        rec = new_record(self.kind)
         parts: list[Part] = []
         total: int | None = None
         last_cum = 0
         done = finished = False
-        body = request_body(model, prompt, max_tokens, endpoint, ignore_eos, continuous_usage, temperature,
-                            extra_body)
+        body = request_body(self.model, prompt, max_tokens, self.endpoint, self.ignore_eos,
+                            self.continuous_usage, self.temperature, self.extra_body)
 
         def end(status: Status, error: str = "", note: str | None = None) -> RequestRecord:
-            finish_record(rec, parts, total, tokenizer)
+            finish_record(rec, parts, total, self.tokenizer)
             rec.note = note
             if status != "ok":
                 return fail(rec, status, error)
@@ -193,16 +207,16 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
             return end(status, error)
 
         try:
-            async with asyncio.timeout(total_timeout_s) as limit:
-                async with client.stream("POST", url, json=body) as r:
+            async with asyncio.timeout(self.total_timeout_s) as limit:
+                async with client.stream("POST", self.url, json=body) as r:
                     rec.http_status = r.status_code
                     if r.status_code >= 400:
                         msg = error_text(await r.aread())
-                        return fail(rec, "http_error", f"HTTP {r.status_code} from {url}: {msg}")
+                        return fail(rec, "http_error", f"HTTP {r.status_code} from {self.url}: {msg}")
                     ctype = r.headers.get("content-type", "")
                     if "text/event-stream" not in ctype:
                         await r.aread()
-                        return fail(rec, "error", f"{url} answered with {ctype or 'no content type'}, "
+                        return fail(rec, "error", f"{self.url} answered with {ctype or 'no content type'}, "
                                      "not a text/event-stream: the server ignored stream=true, so no "
                                      "token can be timed. Use a server (or endpoint) that streams.")
                     sse = SSEParser()
@@ -230,7 +244,7 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
                             last_cum = max(last_cum, cum or 0)
                             if e.finish is not None and not finished:
                                 finished = True
-                                grace = asyncio.get_running_loop().time() + finish_grace_s
+                                grace = asyncio.get_running_loop().time() + self.finish_grace_s
                                 limit.reschedule(min(grace, limit.when() or grace))
                         if data is None:
                             break
@@ -239,20 +253,42 @@ def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer:
                            "answer may be cut short")
             return end("ok")
         except httpx.ConnectError as e:
-            return fail(rec, "connect_error", f"no server answers at {base} ({e}); start one "
+            return fail(rec, "connect_error", f"no server answers at {self.base} ({e}); start one "
                          "(`make serve`) or check the URL")
         except httpx.ConnectTimeout:
-            return fail(rec, "connect_error", f"{base} did not accept the connection within 10 s")
+            return fail(rec, "connect_error", f"{self.base} did not accept the connection within 10 s")
         except httpx.TimeoutException:
-            return cut("timeout", f"no data from the server for {timeout_s} s (the read timeout between "
+            return cut("timeout", f"no data from the server for {self.timeout_s} s (the read timeout between "
                        "chunks): raise timeout_s if it is slow to start", "read timeout")
         except TimeoutError:  # total_timeout_s, or finish_grace_s after finish_reason
-            return cut("timeout", f"no complete answer within {total_timeout_s} s (total_timeout_s)",
-                       f"the stream stayed open {finish_grace_s} s")
+            return cut("timeout", f"no complete answer within {self.total_timeout_s} s (total_timeout_s)",
+                       f"the stream stayed open {self.finish_grace_s} s")
         except (httpx.RemoteProtocolError, httpx.ReadError) as e:
             return cut("broken_stream", f"connection broke mid-stream: {e}", f"connection broke ({e})")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             return end("error", f"unexpected stream content ({type(e).__name__}: {e})")
 
-    return Backend(name=f"{name} {base} {model}", session=session, send=send,
-                   check=lambda: check_openai_server(base, model))
+
+def openai_backend(base_url: str, model: str, endpoint: str = "chat", tokenizer: Any = None,
+                   ignore_eos: bool = False, continuous_usage: bool = True, temperature: float = 0.0,
+                   timeout_s: float = 120.0, extra_body: dict[str, Any] | None = None,
+                   total_timeout_s: float | None = None, finish_grace_s: float = 2.0) -> OpenAIBackend:
+    """A streaming client for ``/v1/chat/completions`` (``endpoint="chat"``) or ``/v1/completions``
+    (``"completions"``). ``ignore_eos`` (vLLM, SGLang) makes every request generate exactly
+    ``max_tokens``; ``continuous_usage=False`` for servers that reject vLLM's
+    ``continuous_usage_stats`` option.
+
+    Timeouts (seconds), as GuideLLM's: ``timeout_s`` is a read timeout, the longest wait for the
+    next bytes (so a long generation never times out while tokens flow); ``total_timeout_s``
+    optionally bounds the whole request. After ``finish_reason`` the client waits at most
+    ``finish_grace_s`` for the usage chunk and ``[DONE]``, then stops reading (status ok).
+
+    Decisions: ``[DONE]`` or a ``finish_reason`` completes a request; a stream that ends without
+    either is ``broken_stream``. A connection reset (or a server that keeps the connection open)
+    after ``finish_reason`` but before ``[DONE]`` is counted ``ok``, as ``vllm bench serve``
+    counts it: every token arrived; the record's ``note`` says what happened. An error the server
+    reports inside the stream is status ``error``, even when ``[DONE]`` follows."""
+    if endpoint not in ("chat", "completions"):
+        raise ValueError(f"endpoint must be 'chat' or 'completions', got {endpoint!r}")
+    return OpenAIBackend(base_url_of(base_url), model, endpoint, tokenizer, ignore_eos, continuous_usage,
+                         temperature, timeout_s, extra_body, total_timeout_s, finish_grace_s)

@@ -32,9 +32,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from ..settings import check_url
 from .records import RequestRecord
@@ -50,17 +49,24 @@ def base_url_of(url: str) -> str:
     return check_url(url, drop_v1=True)
 
 
-@dataclass(frozen=True)
-class Backend:
-    """How to send one streamed request: ``send(session, prompt, max_tokens) -> RequestRecord`` inside
-    ``async with session() as s``; ``check()`` raises :class:`ServerError` when the target cannot
-    answer; ``max_concurrency`` caps what it can serve (1 for an in-process model)."""
+class Backend(Protocol):
+    """How to send one streamed request (the three implementations are listed above): ``send(session,
+    prompt, max_tokens)`` returns its :class:`RequestRecord` inside ``async with backend.session() as
+    session``; ``check()`` raises :class:`ServerError` when the target cannot answer as asked;
+    ``name`` labels its records; ``max_concurrency`` caps what it can serve (1 for an in-process
+    model, None for no cap)."""
 
-    name: str
-    session: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
-    send: Callable[[Any, str, int], Awaitable[RequestRecord]]
-    check: Callable[[], Any] | None = None
-    max_concurrency: int | None = None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_concurrency(self) -> int | None: ...
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
+
+    async def send(self, session: Any, prompt: str, max_tokens: int) -> RequestRecord: ...
+
+    def check(self) -> None: ...
 
 
 def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from labkit.serving import arrivals, loadgen
+from labkit.serving import arrivals
 
 
 def test_mean_gap_is_one_over_the_rate_and_burstiness_sets_the_cv():
@@ -33,11 +33,6 @@ def test_same_seed_same_times_and_a_shared_generator():
 
 def test_shape_one_is_the_exponential_poisson_process():
     assert np.array_equal(arrivals.gaps(50, 4.0, 1.0, seed=3), np.random.default_rng(3).exponential(0.25, 50))
-
-
-def test_loadgen_reexports_the_generator():
-    expected = arrivals.arrival_times(30, 2.0, 0.5, seed=4).tolist()
-    assert loadgen.arrival_times(30, 2.0, 0.5, seed=4) == expected
 
 
 def test_poisson_window_count_and_order():

@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from labkit.cli import main as labkit_main
@@ -36,16 +35,6 @@ def test_closed_loop_holds_concurrency_and_accounts(srv, c, tmp_path):
     saved = json.load(open(tmp_path / f"c{c}.json"))
     assert saved["p99_ttft_ms"] == pytest.approx(s.ttft.p99) and "requests" not in saved
     assert len(s.requests) == 12
-
-
-def test_arrivals_are_gamma_with_the_asked_rate_and_burstiness():
-    for shape in (0.5, 1.0, 4.0):
-        t = np.array(loadgen.arrival_times(20_000, rate=50.0, burstiness=shape, seed=1))
-        gaps = np.diff(t)
-        assert t[0] == 0.0 and gaps.mean() == pytest.approx(1 / 50, rel=0.05)
-        assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(shape), rel=0.08)  # gamma CV
-    with pytest.raises(ValueError):
-        loadgen.arrival_times(3, rate=0)
 
 
 def test_open_loop_caps_in_flight_and_records_queueing(srv):

@@ -46,6 +46,7 @@ from typing import IO, Any, Literal, NamedTuple
 from ..paths import DATA
 from ..settings import watched
 from . import metrics
+from .arrivals import arrival_times
 from .loadspec import ClientSpec, LoadSpec, Prompt
 from .metrics import RunSummary
 from .openai_api import check_openai_server, openai_backend
@@ -95,14 +96,6 @@ def synthetic_requests(n: int, input_tokens: int = 128, output_tokens: int = 32,
             text = " ".join(take[: max(1, int(n_in / 1.3))])
         out.append(Prompt(id=f"synthetic-{i}", prompt=text, max_tokens=max(1, n_out), input_tokens=n_in))
     return out
-
-
-def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
-    """Send times (seconds from the start) of ``n`` open-loop requests at ``rate`` per second, the
-    first at 0: :func:`labkit.serving.arrivals.arrival_times` (gamma gaps of shape ``burstiness``)."""
-    from .arrivals import arrival_times as times
-
-    return times(n, rate, burstiness, seed).tolist()
 
 
 class _Planned(NamedTuple):
@@ -210,7 +203,7 @@ async def _execute(backend: Backend, plan: list[_Planned], spec: LoadSpec, sink:
                     done(await one(req, "run", t_arrival))
 
             tasks = []
-            for req, at in zip(plan, arrival_times(len(plan), rate, burstiness, seed), strict=True):
+            for req, at in zip(plan, arrival_times(len(plan), rate, burstiness, seed).tolist(), strict=True):
                 now = time.perf_counter()
                 if t0 + at > now:  # wake at the arrival, or at the deadline if that comes first
                     await asyncio.sleep(min(t0 + at, deadline) - now)

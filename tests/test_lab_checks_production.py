@@ -24,19 +24,19 @@ DATA = Path(__file__).parent / "data"
 
 
 
-def rounds(n: int = 1) -> list[batching.Round]:
+def rounds(n: int = 1, work: batching.Requests = WORK) -> list[batching.Round]:
     with fake_server(**SERVER) as srv:
-        return batching.alternating_runs(srv.url, "fake", WORK, BATCH, rounds=n, static=True)
+        return batching.alternating_runs(srv.url, "fake", work, BATCH, rounds=n, static=True)
 
 
-def figures(rs: list[batching.Round]) -> dict[str, float]:
+def figures(rs: list[batching.Round], work: batching.Requests = WORK) -> dict[str, float]:
     """The notebook's figures for the checks: the simulator's error and its ratio's error (median
     rounds, each against its own calibration), and the requests not accounted for."""
-    paired = batching.paired_rounds(rs, WORK, BATCH)
+    paired = batching.paired_rounds(rs, work, BATCH)
     sim_gain = float(np.median([r["sim_gain"] for r in paired]))
     measured_gain = float(np.median([r["measured_gain"] for r in paired]))
     runs = [run for r in rs for run in (r.continuous, r.static) if run is not None]
-    lost = sum(len(WORK) - s.completed + sum(x.status == "ok" and x.output_tokens != x.max_tokens
+    lost = sum(len(work) - s.completed + sum(x.status == "ok" and x.output_tokens != x.max_tokens
                                                 for x in s.requests) for s in runs)
     return {"sim_error_pct": 100 * float(np.median([r["error"] for r in paired])),
             "sim_ratio_error_pct": 100 * (sim_gain / measured_gain - 1),
@@ -65,14 +65,18 @@ def test_a_calibration_reading_decode_steps_from_ttft_fails(real, monkeypatch):
 
 def test_a_gate_that_does_not_wait_fails(monkeypatch):
     """A static gate that hands the engine every request at the batch's concurrency: the engine refills
-    freed slots, so the measured 'static' run is continuous and the simulator's ratio is far off."""
+    freed slots, so the measured 'static' run is continuous and the simulator's ratio is far off.
+    On 32 requests (four static groups): on the chapter's 16 the broken gate's error sat just above
+    the 35% tolerance (+31 to +46% over nine one-round runs on a 2-core AVX2 machine, so it held
+    once), on 32 it came out at +46 to +51% in five runs, the real gate's at -15 to -20%."""
     broken = mutated(batching.static_gate,
                      ("for i in range(0, len(requests), batch):",
                       "for i in range(0, len(requests), len(requests)):"),
                      ("group = list(requests[i:i + batch])", "group = list(requests)"),
                      ('_run(url, model, group, len(group))', '_run(url, model, group, batch)'))
     monkeypatch.setattr(batching, "static_gate", broken)
-    f = figures(rounds())
+    work = batching.workload(32, seed=0)
+    f = figures(rounds(work=work), work)
     assert outcome("production", "simulator_ratio", f).held is False, f
 
 

@@ -1,7 +1,7 @@
 """Blue-green against canary rollouts (labkit.production.rollout, chapter 08): replicas billed, the
-analysis deploy/'s canary runs (error ratio over non-overlapping windows, a minimum of answers, a
-failure limit, the evidence pause), exposure over a fixed horizon, independent streams over seeds,
-determinism and bad input."""
+analysis deploy/'s canary runs (error ratio and p99 TTFT over the old version's, over non-overlapping
+windows, a minimum of answers, a failure limit per metric, the evidence pause), exposure over a fixed
+horizon, independent streams over seeds, determinism and bad input."""
 
 import math
 from typing import Any
@@ -68,7 +68,7 @@ def _judge(n_per_s: float, failed: list[int], p_new: float = 0.5) -> rollout._Ju
 def test_one_burst_of_errors_fails_one_measurement_not_the_rollout():
     # answers at 1 per second; two failed answers in one window only: one failed measurement
     j = _judge(1.0, [400, 450])
-    assert j.watch(0.0, 3000.0) is None and j.failures == 1
+    assert j.watch(0.0, 3000.0) is None and j.failures == {"errors": 1, "ttft": 0}
     assert _judge(1.0, [400, 450, 1000, 1010]).watch(0.0, 3000.0) == 1200.0   # a second such window
 
 
@@ -96,15 +96,45 @@ def test_expectation_mean_and_spread():
         rollout.expectation([{"x": 1.0}, {"x": float("nan")}], "x")
 
 
-def test_compare_records_the_worst_size():
+def test_a_version_slower_to_its_first_token_is_rolled_back_on_the_ttft_reading():
+    for strategy in rollout.STRATEGIES:
+        r = rollout.rollout(strategy, **BUSY, error_rate=0.001, base_error_rate=0.001, ttft_factor=1.5)
+        assert r["outcome"] == "rolled_back" and r["rolled_back_on"] == "ttft"
+        assert r["detected_s"] == pytest.approx(2 * canary.ANALYSIS_INTERVAL_S)
+        # the error fault alone is caught on errors; a regression under the limit is promoted
+        assert rollout.rollout(strategy, **BUSY, error_rate=0.05)["rolled_back_on"] == "errors"
+        mild = rollout.rollout(strategy, **BUSY, error_rate=0.001, ttft_sigma=0.0, ttft_factor=1.1)
+        assert mild["outcome"] == "promoted" and mild["promoted_bad"]
+
+
+def test_a_judge_that_reads_errors_only_promotes_the_slow_version(monkeypatch):
+    monkeypatch.setattr(rollout, "METRICS", ("errors",))
+    r = rollout.rollout("canary", **BUSY, error_rate=0.001, base_error_rate=0.001, ttft_factor=1.5)
+    assert r["outcome"] == "promoted" and r["promoted_bad"]
+
+
+def test_the_ttft_ratio_reads_the_old_version_before_the_switch_when_it_has_no_traffic():
+    arr = np.arange(0.0, 2000.0, 0.5)                      # 2 answers/s, each 1 s after its request
+    ttft = np.where(arr < 1000.0, 1.0, 2.0)                 # every answer after 1000 s is slower
+    j = rollout._Judge(arr, arr + 1.0, np.ones(arr.size), np.zeros(arr.size), 0.0, 0.0, ttft)
+    j.phase(1000.0, 1.0)                                    # blue-green: all traffic moves at 1000 s
+    j.start = 1000.0
+    assert j.ttft_ratio(1300.0, 1600.0) == pytest.approx(2.0)   # against (700, 1000]: the old version's
+    j.start = 100.0                                          # nothing of the old one's before: not read
+    assert math.isnan(j.ttft_ratio(1300.0, 1600.0))
+
+
+def test_compare_records_the_worst_size_and_fault():
     rows = rollout.compare((4, 40), range(4), 0.5, record_figures=True, service_s=8.0, slots_per_replica=8,
                            cold_start_s=120)
     assert [(r["replicas"], r["rollout"]) for r in rows] == [
         (4, "blue-green"), (4, "canary"), (40, "blue-green"), (40, "canary")]
     values = (load("production") or {})["values"]
-    per_size = [values[f"canary_over_bluegreen_exposed_{n}r"]["value"] for n in (4, 40)]
-    assert values["canary_over_bluegreen_exposed"]["value"] == max(per_size)
-    assert per_size[1] < 1 < per_size[0]      # 40 replicas judge the 5% step; 4 never judge it
+    per_case = [values[f"canary_over_bluegreen_exposed{f}_{n}r"]["value"]
+                for n in (4, 40) for f in ("", "_ttft")]
+    assert values["canary_over_bluegreen_exposed"]["value"] == max(per_case)
+    assert per_case[2] < 1 < per_case[0] and per_case[3] < 1 < per_case[1]   # 4 replicas never judge 5%
+    assert all(r["rolled_back_ttft"] == 4 for r in rows if r["replicas"] == 40)
     assert values["bluegreen_peak_replicas_ratio"]["value"] == 2.0
     assert all(math.isfinite(r["extra_gpu_hours"]) for r in rows)
 
@@ -115,7 +145,7 @@ def test_rollout_bad_arguments():
     for bad in (dict(strategy="big_bang"), dict(replicas=0), dict(rps=0), dict(splits=(0.5, 0.25, 1.0)),
                 dict(splits=(0.1, 0.5)), dict(step_s=0), dict(react_s=-1), dict(person_s=-1),
                 dict(error_rate=0), dict(error_rate=1.5), dict(base_error_rate=1.0),
-                dict(slots_per_replica=0)):
+                dict(slots_per_replica=0), dict(ttft_factor=0), dict(ttft_sigma=-1)):
         with pytest.raises(ValueError):
             rollout.rollout(**{"strategy": "canary", **kw, **bad})
     with pytest.raises(ValueError, match="raise horizon_s"):

@@ -16,7 +16,10 @@ from typing import Any
 from ..chapters import CHAPTERS
 from ..results import load
 from .ledger import Claim, load_ledger, split_key
-from .verdicts import fmt_value, judge_all
+from .verdicts import VERDICTS, fmt_value, judge_all
+
+JUDGED = VERDICTS[:5]  # a figure met or missed: holds, does not hold here, depends, wrong, inconclusive
+OUTSIDE = VERDICTS[-1]  # not checkable offline
 
 
 def _mine(chapter: str) -> list[Claim]:
@@ -42,11 +45,14 @@ def _shown(row: dict[str, Any]) -> str:
 
 def claims_text(rows: list[dict[str, Any]], width: int = 110) -> str:
     """The rows as plain text: verdict, value (interval in brackets), expectation and the claim; the
-    reason under any verdict but ``holds``, wrapped at ``width`` characters. ``(no claims)`` for none."""
+    reason under any verdict but ``holds``, wrapped at ``width`` characters. Claims not checkable
+    offline close the text in one paragraph, their reasons left to the report. ``(no claims)`` for none."""
     if not rows:
         return "(no claims)"
-    verdict_w = max(len(r["verdict"]) for r in rows)
-    value_w = max(len(_shown(r)) for r in rows)
+    outside = [r for r in rows if r["verdict"] == OUTSIDE]
+    rows = [r for r in rows if r["verdict"] != OUTSIDE]
+    verdict_w = max((len(r["verdict"]) for r in rows), default=0)
+    value_w = max((len(_shown(r)) for r in rows), default=0)
     out = []
     for r in rows:
         expect = f"(expected {r['expect']})" if r.get("expect") else ""
@@ -54,6 +60,10 @@ def claims_text(rows: list[dict[str, Any]], width: int = 110) -> str:
         if r["verdict"] != "holds" and r.get("reason"):
             out += textwrap.wrap(r["reason"], width, initial_indent=" " * (verdict_w + 2) + "why: ",
                                  subsequent_indent=" " * (verdict_w + 7))
+    if outside:
+        out += textwrap.wrap(f"{OUTSIDE} ({len(outside)}; why, in the report): "
+                             + "; ".join(r["claim"] for r in outside), width, subsequent_indent="  ",
+                             break_on_hyphens=False)
     return "\n".join(out)
 
 
@@ -73,9 +83,6 @@ def unrecorded(chapter: str, data: dict[str, Any]) -> list[tuple[str, str]]:
                 missing.append((c.id, f"{key} was not recorded (record it, or labkit.results.unmeasured "
                                       "with the reason)"))
     return missing
-
-
-JUDGED = ("holds", "does not hold here", "wrong", "depends", "inconclusive")  # a figure met or missed
 
 
 def findings_sentence(chapter: str, page: Mapping[str, Any] | None = None) -> str:

@@ -169,6 +169,7 @@ def test_measure_engine_against_your_server(srv, monkeypatch):
     assert t["n"] == 4 and t["lo"] <= t["median"] <= t["hi"]
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_measure_engine_serves_the_gguf_with_llamacpp():
     from labkit.engines import llamacpp
 

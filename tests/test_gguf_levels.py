@@ -169,6 +169,7 @@ def test_level_files_are_made_once_into_the_cache(monkeypatch, tmp_path) -> None
     assert files["Q4_0"].name == "model.Q4_1-Q4_0.gguf" and made == ["F16", "Q4_0"]
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_measure_the_bundled_level(tools) -> None:
     from labkit.models import gguf_path
     from labkit.paths import data

@@ -58,6 +58,7 @@ def test_int8_rounding_that_truncates_fails(tiny_llama, monkeypatch):
 
 # ---- llama.cpp's levels --------------------------------------------------------------------------
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_an_8bit_level_made_from_the_wrong_file_fails(tools, tmp_path):
     from labkit.engines import llamacpp
     from labkit.experiments import gguf_levels as GL

@@ -189,6 +189,7 @@ server_port, server_pid = s.url.rsplit(":", 1)[1], s.pid
 """
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_llama_server_dies_with_its_parent(sig: signal.Signals, tools) -> None:
     parent, port, _ = _parent(LLAMA)

@@ -70,6 +70,7 @@ def test_bench_json_keeps_every_run() -> None:
     assert old == {"gen_tps": 30.0, "gen_tps_sd": 0.0, "gen_tps_samples": [30.0]}
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
     with server.measured_server(engine="llamacpp", llamacpp_args={"parallel": 2}) as t:
         assert t.kind == "llamacpp" and t.dtype == "Q4_1" and t.startup_s is not None
@@ -82,12 +83,14 @@ def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
         assert m["llamacpp:tokens_predicted_total"] >= 32, m
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_bench_reports_both_phases(tools) -> None:
     b = llamacpp.bench(prompt=32, gen=16, reps=1)
     assert b["type"] == "Q4_1" and b["gen_tps"] > 0 and b["prompt_tps"] > b["gen_tps"]
     assert len(b["gen_tps_samples"]) == 1 and len(b["prompt_tps_samples"]) == 1
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_quantize_to_q8_and_perplexity(tools, tmp_path) -> None:
     from labkit.models import gguf_path
 
@@ -98,6 +101,7 @@ def test_quantize_to_q8_and_perplexity(tools, tmp_path) -> None:
     assert p["chunks"] == 2 and 1 < p["ppl"] < 1000 and p["ppl_se"] > 0
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_bench_cli_starts_and_stops_llama_server(tools, tmp_path) -> None:
     """``labkit bench --llamacpp`` as a reader types it: the server starts, serves, and is gone after."""
     import subprocess

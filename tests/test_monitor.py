@@ -551,6 +551,7 @@ def test_server_vs_client_counts():
     assert math.isnan(none["server_tokens"]) and math.isnan(none["ratio"]) and math.isnan(none["max_waiting"])
 
 
+@pytest.mark.slow  # starts llama.cpp on the bundled GGUF
 def test_watched_run_on_a_real_llama_server():
     """The mapping against the build's live /metrics: 2 slots, 6 requests 3 at a time."""
     from labkit.engines import llamacpp

@@ -2,7 +2,8 @@
 
 vLLM loads the weights, then keeps room for the KV cache of at least one sequence as long as the
 model's context (``--max-model-len``; by default the config's ``max_position_embeddings``), inside
-``--gpu-memory-utilization`` (0.9 by default) of the GPU's memory; it refuses to start otherwise.
+``--gpu-memory-utilization`` of the GPU's memory; it refuses to start otherwise. The lab uses the
+tutorial's 0.9 (:data:`UTILIZATION`); vLLM 0.32.0 defaults to 0.92 (``vllm/config/cache.py``).
 :func:`serve_need` adds those two up from a model config; sizes in bytes (1 GB = 1e9 bytes).
 Activations and CUDA graphs take a little more on a real GPU, so these are lower bounds.
 """
@@ -14,7 +15,7 @@ from typing import Any
 from ..llm.architecture import param_count, text_config
 from ..llm.kvcache import kv_cache_bytes_for_config
 
-DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+UTILIZATION = 0.9  # the tutorial's --gpu-memory-utilization (vLLM 0.32.0's default: 0.92)
 
 
 def default_max_len(config: dict[str, Any]) -> int:
@@ -35,7 +36,7 @@ def serve_need(config: dict[str, Any], dtype_bytes: float = 2,
     return {"weights": weights, "kv": kv, "total": weights + kv, "max_model_len": n}
 
 
-def budget(memory_bytes: float, utilization: float = DEFAULT_UTILIZATION) -> float:
+def budget(memory_bytes: float, utilization: float = UTILIZATION) -> float:
     """Bytes vLLM lets itself use on a GPU with ``memory_bytes``: ``utilization`` of it."""
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")
@@ -43,7 +44,7 @@ def budget(memory_bytes: float, utilization: float = DEFAULT_UTILIZATION) -> flo
 
 
 def longest_context(config: dict[str, Any], memory_bytes: float, dtype_bytes: float = 2,
-                    utilization: float = DEFAULT_UTILIZATION) -> int:
+                    utilization: float = UTILIZATION) -> int:
     """The longest ``--max-model-len`` whose one-sequence KV cache fits beside the weights in the
     budget (0 when the weights alone do not fit)."""
     room = budget(memory_bytes, utilization) - serve_need(config, dtype_bytes, 1)["weights"]

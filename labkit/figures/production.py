@@ -149,7 +149,7 @@ def keep(page: Mapping[str, Any]) -> None:
                max(v["lo"] for v in day_step.values()), max(v["hi"] for v in day_step.values()),
                len(DAY_SEEDS)))
 
-    # A burst, over five seeds
+    # A burst, over twenty seeds
     hurt, int4_cut, warm_cut = take(page, "hurt int4_cut warm_cut")
     for k, v, name in (("warm_pool", warm_cut, "manifest + warm pool of 1"),
                        ("int4", int4_cut, "manifest, int4 weights")):

@@ -45,7 +45,7 @@ def keep(page: Mapping[str, Any]) -> None:
     record("stack", "llama3_8b_bf16_need_gb_2048", ll["total"] / 1e9, "GB",
            "weights + KV of one 2,048-token sequence, bf16")
     record("stack", "vllm_budget_12gb", vram.budget(card) / 1e9, "GB",
-           "12 GB x the default --gpu-memory-utilization 0.9")
+           "12 GB x the tutorial's --gpu-memory-utilization 0.9 (vLLM 0.32.0's default is 0.92)")
 
     # Engines side by side
     (comp, cs, fs, hf_run, llama_run, open_ratio, ready_ratio, threads, vllm_run) = take(

@@ -7,6 +7,7 @@ import json
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -664,7 +665,8 @@ def test_the_decode_speed_table_shows_what_chapters_recorded():
 def test_the_chapter_table_shows_judged_claims_with_reasons_and_lists_outside_facts_in_one_paragraph():
     from labkit.report.claims_table import claims_text
 
-    rows = [{"verdict": "depends", "value": 2.5, "unit": "x", "claim": "A is faster", "expect": "> 3",
+    rows: list[dict[str, Any]] = [
+            {"verdict": "depends", "value": 2.5, "unit": "x", "claim": "A is faster", "expect": "> 3",
              "reason": "only on big inputs"},
             {"verdict": "not checkable offline", "value": None, "claim": "Vendor X ships images",
              "reason": "a fact"},

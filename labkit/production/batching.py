@@ -25,7 +25,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -75,7 +75,7 @@ class Round:
 
     calibration: list[RunSummary]
     continuous: BatchRun
-    static: BatchRun | None = field(default=None)
+    static: BatchRun | None = None
 
 
 def workload(n: int = 24, short: tuple[int, int] = (4, 16), long: tuple[int, int] = (96, 128),

@@ -460,7 +460,7 @@ def test_dashboard_covers_the_watch_list():
     assert d["prompt_tokens"]["n"] == 3 and d["prompt_tokens"]["p50"] == 20.0  # ok requests only
     assert d["output_tokens"]["p50"] == 4.0 and d["output_tokens"]["p99"] == pytest.approx(7.92)
     text = monitor.format_dashboard(d)
-    assert "503 1" in text and "5xx 1" in text and "ttft_ms" in text and "ram_used_gib" in text
+    assert "503 x1" in text and "5xx x1" in text and "ttft_ms" in text and "ram_used_gib" in text
     assert "waiting" in text and "TPS 20.0" in text
 
 
@@ -476,7 +476,8 @@ def test_watch_list_says_which_items_a_run_can_fill():
 def test_dashboard_without_requests_or_server():
     d = monitor.dashboard([{"t_perf": 0.0, "cpu_pct": 10.0}], [])
     assert d["requests"] == 0 and d["codes"] == {} and math.isnan(d["running"]["max"])
-    assert "requests 0: none" in monitor.format_dashboard(d)
+    text = monitor.format_dashboard(d)
+    assert "requests 0, by status: none" in text and "not exported" in text   # no server: its gauges
 
 
 class Lines(io.StringIO):

@@ -677,3 +677,5 @@ def test_the_chapter_table_shows_judged_claims_with_reasons_and_lists_outside_fa
                                     "Tool Y is well-known")
     assert "why: a" not in text
     assert claims_text([]) == "(no claims)"
+    point = {"verdict": "holds", "value": 3.1, "unit": "x", "claim": "C", "lo": 3.1, "hi": 3.1}   # no band
+    assert claims_text([point]) == "holds  3.10 x  C" and verdicts.fmt_value(-391.2, "%") == "-391%"

@@ -150,11 +150,13 @@ def measure_format(model: nn.Module, base: Baseline, nbytes: int, tok_s: float |
     return r
 
 
-def result_line(name: str, r: dict[str, Any]) -> str:
-    """One printed row of :func:`measure_format`'s result."""
+def result_line(name: str, r: dict[str, Any], speed_of: str = "") -> str:
+    """One printed row of :func:`measure_format`'s result; ``speed_of``: the format whose decode speed
+    it was given (same storage and kernel, not timed itself), named instead of a figure."""
+    speed = f"{r['tok_s']:5.1f} tok/s" if not speed_of else f"{speed_of}'s (same kernel, not timed)"
     return (f"{name:13s} linear weights {r['linear_bytes'] / 1e6:7.1f} MB  perplexity {r['ppl']:6.2f}  "
             f"KL {r['kl']:.4f}  same next token {r['top1']:.1%}  greedy prefix kept {r['agree']:.0%}  "
-            f"decode {r['tok_s']:5.1f} tok/s")
+            f"decode {speed}")
 
 
 RISK_STEPS = ("weights", "activations", "KV cache", "attention probs")

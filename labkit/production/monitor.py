@@ -217,13 +217,14 @@ def dashboard(samples: list[dict[str, Any]], requests: Sequence[RequestRecord]) 
 
 def format_dashboard(d: dict[str, Any]) -> str:
     """Text of a :func:`dashboard` dict, one figure per line (memory in GiB)."""
-    pairs = lambda m: ", ".join(f"{k} {v}" for k, v in m.items()) or "none"
+    pairs = lambda m: ", ".join(f"{k} x{v}" for k, v in m.items()) or "none"
     dist = [{"figure": k} | {p: float(d[k][p]) for p in ("p50", "p90", "p99")}
             for k in ("ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "output_tokens")]
     gib = lambda k, x: x / 2**30 if k.endswith("_bytes") else x
-    gauges = [{"gauge": k.replace("_bytes", "_gib"), "mean": gib(k, v["mean"]), "max": gib(k, v["max"])}
+    shown = lambda x: "not exported" if x != x else x  # NaN: the server has no such gauge
+    gauges = [{"gauge": k.replace("_bytes", "_gib")} | {m: shown(gib(k, v[m])) for m in ("mean", "max")}
               for k, v in d.items() if isinstance(v, dict) and set(v) == {"mean", "max"}]
-    head = [f"requests {d['requests']}: {pairs(d['codes'])} ({pairs(d['code_classes'])})",
+    head = [f"requests {d['requests']}, by status: {pairs(d['codes'])} (classes: {pairs(d['code_classes'])})",
             f"TPS {d['tps']:.1f} tokens/s per stream (1 / median TPOT)"]
     return "\n".join(head + [format_rows(dist), format_rows(gauges)])
 

@@ -44,7 +44,9 @@ def fmt_value(value: Any, unit: str = "") -> str:
                 else f"{value:.3f}" if a >= 0.01 or a == 0 else f"{value:.2e}")
     else:
         text = str(value)
-    return f"{text} {unit}".strip() if unit and value is not None else text
+    if not unit or value is None:
+        return text
+    return f"{text}{unit}" if unit == "%" else f"{text} {unit}"
 
 
 def lookup(ref: str, chapter: str, results: Results,

@@ -38,7 +38,7 @@ def _shown(row: dict[str, Any]) -> str:
     if row.get("value") is None:
         return "-"
     text = fmt_value(row["value"], row.get("unit", ""))
-    if row.get("lo") is not None and row.get("hi") is not None and row["lo"] != row["hi"]:  # a band, not a point
+    if row.get("lo") is not None and row.get("hi") is not None and row["lo"] != row["hi"]:  # a band
         text += f" [{fmt_value(row['lo'])}..{fmt_value(row['hi'])}]"
     return text
 

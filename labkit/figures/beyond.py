@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from ..hardware.catalog import ACCELERATORS
 from ..hardware.roofline import bandwidth_achieved
-from ..media import asr, denoiser, digits
+from ..media import asr, denoiser, digits, multimodal
 from ..media.asr import WHISPER_LARGE_V3
 from ..media.wer import wer
 from ..results import record, unmeasured
@@ -63,8 +65,8 @@ def keep(page: Mapping[str, Any]) -> None:
     frame_hz = 24000 / np.prod(encoder_rates)
     record("beyond", "tts_codec_tokens_per_s", sum(frame_hz / s for s in vq_strides), "tokens/s",
            "SNAC 24 kHz (Orpheus's codec): audio tokens per second of speech, its 3 levels together")
-    (asked, cutoff, full_evals, g_best, is_digits, judge, log, prompts, runs, steps) = take(
-        page, "asked cutoff full_evals g_best is_digits judge log prompts runs steps")
+    (asked, cutoff, full_evals, g_best, is_digits, judge, prompts, runs, steps) = take(
+        page, "asked cutoff full_evals g_best is_digits judge prompts runs steps")
     record("beyond", "cfg_cutoff_saving", 1 - cutoff[0.8]["unet_evals_per_image"] / full_evals, "fraction",
            f"UNet evaluations saved by CFG off for the last 20% of {steps} steps, counted")
     record("beyond", "cfg_cutoff_cpu_saving", 1 - cutoff[0.8]["cpu_s"] / cutoff[1.0]["cpu_s"], "fraction",
@@ -87,13 +89,15 @@ def keep(page: Mapping[str, Any]) -> None:
     else:
         for key in ("digits_guidance_gain", "cfg_cutoff_accuracy_drop"):
             unmeasured("beyond", key, "the full profile draws SDXL images: no digit judge scores them")
+    log = json.loads((digits.DIGITS_DIR / "train_log.json").read_text())  # what the judge's training held out
     x_real, y_real = digits.load_digits()
     held = np.random.default_rng(log["seed"]).permutation(len(x_real))[: log["classifier"]["held_out_images"]]
     record("beyond", "digits_judge_accuracy",
            digits.accuracy((x_real[held, None] + 1) / 2, y_real[held], digits.load_classifier()), "fraction",
            f"the chapter's digit judge on the {held.size} real digits its training held out")
-    (ceilings, claim_x, ids, mps_ok, mps_said, passes, tts_params, vec) = take(
-        page, "ceilings claim_x ids mps_ok mps_said passes tts_params vec")
+    claim_x, ids, passes, tts_params, vec = take(page, "claim_x ids passes tts_params vec")
+    mps_ok, mps_said = asr.ctranslate2_supports("mps")
+    ceilings = {r["accelerator"]: r["bf16"] for r in multimodal.tts_rows(ACCELERATORS, tts_params, ("bf16",))}
     from diffusers import StableDiffusionXLPipeline  # heavy: only where the chapter has loaded it already
 
     default = inspect.signature(StableDiffusionXLPipeline.__call__).parameters["num_inference_steps"].default
@@ -106,7 +110,7 @@ def keep(page: Mapping[str, Any]) -> None:
                       ("tts_ceiling_rtx3060_bf16_tps", "RTX 3060 12GB")):
         record("beyond", key, ceilings[name], "tokens/s",
                f"computed: {tts_params / 1e9:.1f} B in bf16, bandwidth ÷ weight bytes")
-    record("beyond", "embedding_forward_passes", len(passes), "passes",
+    record("beyond", "embedding_forward_passes", len(passes), "forward pass(es)",
            f"{p.llm} as a last-token embedder ({vec.numel()} values), one text")
     record("beyond", "embedding_text_tokens", ids["input_ids"].shape[1], "tokens", "the embedded text")
 

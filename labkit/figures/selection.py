@@ -24,8 +24,7 @@ def keep(page: Mapping[str, Any]) -> None:
     mismatches, plain = take(page, "mismatches plain")
     record("selection", "shared_decode_mismatches", mismatches, "answers", f"of {len(plain)}: shared-prefix "
            "decoder vs transformers' generate on whole prompts, base model")
-    paired = take(page, "paired")[0]
-    prompting = paired("base", "base, 3-shot chat")
+    prompting = take(page, "prompting")[0]
     record("selection", "fewshot_gain", prompting["diff"], "fraction",
            "3-shot chat prompt minus the bare prompt, "
            "base model, 180 paired held-out items; 95% bootstrap over 60 invoices",
@@ -51,8 +50,7 @@ def keep(page: Mapping[str, Any]) -> None:
            spread=(tuned_vs_chat["lo"], tuned_vs_chat["hi"], 60))
 
     # 4 · A quantized variant
-    int8_vs_tuned = paired("fine-tuned", "fine-tuned INT8")
-    int8_vs_chat = paired("base, 3-shot chat", "fine-tuned INT8")
+    int8_vs_tuned, int8_vs_chat = take(page, "int8_vs_tuned int8_vs_chat")
     record("selection", "int8_minus_tuned", int8_vs_tuned["diff"], "fraction",
            "INT8 minus fp32 fine-tuned, 180 paired items; 95% bootstrap over 60 invoices",
            spread=(int8_vs_tuned["lo"], int8_vs_tuned["hi"], 60))

@@ -202,7 +202,7 @@ def format_report(info: dict[str, Any]) -> str:
         f"cores         {cpu['physical_cores']} physical, {cpu['logical_cores']} logical",
         f"RAM           {cpu['ram_bytes'] / gib:.1f} GiB ({cpu['ram_available_bytes'] / gib:.1f} GiB free)",
         f"ISA           {' '.join(cpu['isa']) or '-'}",
-        f"torch         {info['torch']} ({info['torch_threads']} threads)",
+        f"torch         {info['torch']} ({info['torch_threads']} thread{'s' * (info['torch_threads'] != 1)})",
         f"python / OS   {info['python']} / {info['os']}",
     ]
     return "\n".join(lines)

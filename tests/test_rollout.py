@@ -120,7 +120,7 @@ def test_the_ttft_ratio_reads_the_old_version_before_the_switch_when_it_has_no_t
     j.phase(1000.0, 1.0)                                    # blue-green: all traffic moves at 1000 s
     j.start = 1000.0
     assert j.ttft_ratio(1300.0, 1600.0) == pytest.approx(2.0)   # against (700, 1000]: the old version's
-    j.start = 100.0                                          # nothing of the old one's before: not read
+    j.start = 100.0                          # 199 old answers before it, under MIN_REQUESTS: not read
     assert math.isnan(j.ttft_ratio(1300.0, 1600.0))
 
 

@@ -292,6 +292,7 @@ def compare(sizes: Sequence[int], seeds: Sequence[int], replica_rps: float, load
     strategies = {"blue-green": {"strategy": "blue_green"}, "canary": {"strategy": "canary"}}
     base = common.get("base_error_rate", BASE_ERROR_RATE)
     versions = {"errors": dict(bad=True, error_rate=error_rate),
+                # errors as the old version's (rollout() takes a bad version's error_rate above 0)
                 "ttft": dict(bad=True, error_rate=max(base, 1e-9), ttft_factor=ttft_factor),
                 "good": dict(bad=False)}
     rows, exposed, cost = [], {}, {}
@@ -334,7 +335,7 @@ def _record(rows: list[dict[str, Any]], exposed: dict[tuple[int, str], tuple[flo
         record("production", f"canary_over_bluegreen_exposed{suffix}_{size}r", value, "x",
                f"requests sent to {faults[f]}, {size} replicas at {load:.0%} load, means over {n} seeds "
                "(interval: the two 95% intervals' extremes)", spread=(lo, hi, n))
-    for (size, value, lo, hi) in ((s, *c) for s, c in cost.items()):
+    for size, (value, lo, hi) in cost.items():
         record("production", f"canary_over_bluegreen_extra_gpu_hours_{size}r", value, "x",
                f"replica-hours beyond the fleet's, good versions, {size} replicas at {load:.0%} load, means "
                f"over {n} seeds (interval: the two 95% intervals' extremes)", spread=(lo, hi, n))

@@ -118,10 +118,30 @@ def test_weight_load_reports_bytes_params_and_download_time(tmp_path):
 
     path = tmp_path / "w.safetensors"
     save_file({"a": torch.ones(100, 10), "b": torch.zeros(7)}, str(path))
-    (row,) = coldstart.weight_load(path, bandwidth_bytes_s=1000.0)
+    (row,) = coldstart.weight_load(path, bandwidth_bytes_s=1000.0, rounds=3)
     assert row["params"] == 1007 and row["bytes"] == path.stat().st_size
     assert row["download_s"] == pytest.approx(row["bytes"] / 1000.0)
-    assert row["load_s"] >= 0
+    assert len(row["load_runs"]) == 3 and row["load_s"] == sorted(row["load_runs"])[1]
+
+
+def test_weight_load_alternates_the_formats_and_compares_them_round_by_round(tmp_path, monkeypatch):
+    order = []
+
+    def fake(name):
+        def load(path):
+            order.append(name)
+            return name, 10
+        return load
+
+    monkeypatch.setattr(coldstart, "_load_safetensors", fake("st"))
+    monkeypatch.setattr(coldstart, "_load_gguf", fake("gguf"))
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(b"x" * 100)
+    rows = coldstart.weight_load(tmp_path / "a", tmp_path / "b", bandwidth_bytes_s=100.0, rounds=4)
+    assert order == ["st", "gguf", "gguf", "st"] * 2 and [r["format"] for r in rows] == ["st", "gguf"]
+    rows[0]["load_runs"], rows[1]["load_runs"] = [1.0, 1.0, 1.0], [0.0, 1.0, 3.0]  # download 1 s each
+    r = coldstart.pull_and_load_ratio(rows)
+    assert (r["median"], r["lo"], r["hi"], r["n"]) == (1.0, 0.5, 2.0, 3)
 
 
 def test_vllm_phases_parsed_from_a_log(tmp_path):

@@ -185,6 +185,39 @@ def test_measure_engine_serves_the_gguf_with_llamacpp():
 
 
 
+def test_measure_engine_repeats_the_batching_gain_in_alternating_order(monkeypatch):
+    """Round 1 is the sweep, then the two ends again, most in flight first in even rounds; the gain is
+    taken round by round (a stand-in server whose throughput doubles, then triples, at 8)."""
+    import contextlib
+
+    from labkit.engines import server
+    from labkit.engines.server import Target
+
+    monkeypatch.setenv("LABKIT_BASE_URL", "http://127.0.0.1:9")
+    orders, gains = [], iter([2.0, 3.0, 2.0, 3.0])
+
+    @contextlib.contextmanager
+    def stand_in(**_):
+        yield Target("http://127.0.0.1:9", "m", "external", "your server")
+
+    def measure(url, model, concurrencies, n_requests, prompts, max_tokens):
+        orders.append(tuple(concurrencies))
+        top = next(gains)
+        return {c: fake_summary(completed=n_requests[c], output_throughput=10.0 * (top if c == 8 else 1))
+                for c in concurrencies}
+
+    monkeypatch.setattr(server, "measured_server", stand_in)
+    monkeypatch.setattr(er, "measure_server", measure)
+    e = er.measure_engine("vllm", ["hi"], in_flight=(1, 8), rounds=4)
+    assert orders == [(1, 8), (8, 1), (1, 8), (8, 1)]
+    assert e.batching_rounds == [2.0, 3.0, 2.0, 3.0]
+    assert e.batching_gain is not None and e.batching_gain["median"] == 2.5
+    assert (e.batching_gain["lo"], e.batching_gain["hi"], e.batching_gain["n"]) == (2.0, 3.0, 4)
+    gains = iter([2.0])
+    one = er.measure_engine("vllm", ["hi"], in_flight=(1, 8))  # rounds=1: the sweep's gain only
+    assert one.batching_rounds == [2.0]
+
+
 def test_paired_rounds_alternate_the_engines_and_keep_both_up(monkeypatch):
     """ABBA order over the rounds, each server started once for all of them (stand-ins for both)."""
     import contextlib

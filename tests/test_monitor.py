@@ -215,6 +215,14 @@ def test_server_sample_llamacpp_real_text(serve):
     assert s["ttft_buckets"] == {} and math.isnan(s["ttft_count"]) and math.isnan(s["kv_usage_pct"])
     assert s["kv_metric"] is None and "finished_total" not in s
     assert set(server_gauges.LLAMACPP_LACKS) >= {"ttft_buckets", "finished_total", "kv_usage_pct"}
+    every = list(server_gauges.FIGURE_WORDS.values())
+    assert server_gauges.missing_figures([s, {"error": "no answer"}]) == every
+
+
+def test_missing_figures_names_only_what_a_sample_lacks():
+    vllm_like = {"ttft_count": 3.0, "finished_total": 3.0, "kv_usage_pct": float("nan")}
+    assert server_gauges.missing_figures([vllm_like]) == ["a KV-cache gauge"]
+    assert server_gauges.missing_figures([]) == list(server_gauges.FIGURE_WORDS.values())
 
 
 def test_llamacpp_names_are_the_builds():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..serving.metrics import RunSummary
+from ..stats import median_interval
 from .compare import measure_server, measure_transformers
 
 #: Requests per level for the servers: one wave per level (a few seconds each on a 2-core CPU).
@@ -32,7 +33,8 @@ class EngineRun:
     safetensors``, ``Q4_1 GGUF``); ``threads``: its compute threads, in words; ``runs``: requests in
     flight -> load-generator summary; ``weight_bytes``: bytes of weights one decode step reads
     (every weight once; ``None`` when unknown); ``memory_bytes``: its resident memory, ``memory_what``
-    says what was counted; ``startup_s``: seconds until the server answered."""
+    says what was counted; ``startup_s``: seconds until the server answered; ``batching_rounds``:
+    output tokens/s at the most in flight ÷ at 1, one ratio per round (:func:`measure_engine`)."""
 
     name: str
     kind: str
@@ -44,6 +46,14 @@ class EngineRun:
     memory_what: str = ""
     startup_s: float | None = None
     skipped: str = ""
+    batching_rounds: list[float] = field(default_factory=list)
+
+    @property
+    def batching_gain(self) -> dict[str, float] | None:
+        """Output tokens/s at the most requests in flight ÷ at 1 over ``batching_rounds``:
+        :func:`labkit.stats.median_interval` (``median``, ``lo``, ``hi``, ``n``, ``coverage``: the
+        range of 5 rounds covers the median with 94%); ``None`` without rounds."""
+        return median_interval(self.batching_rounds) if self.batching_rounds else None
 
 
 def process_tree_memory(pid: int) -> dict[str, float]:
@@ -111,14 +121,16 @@ def transformers_run(model: Any, tokenizer: Any, prompts: Sequence[str], n_reque
 
 def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
                    in_flight: Sequence[int] = (1, 4, 8), n_requests: dict[int, int] | None = None,
-                   threads: int | None = None) -> EngineRun:
+                   threads: int | None = None, rounds: int = 1) -> EngineRun:
     """Serve the bundled model with ``engine`` (``vllm``: vLLM's CPU build on the safetensors copy, or
     your ``LABKIT_BASE_URL`` server; ``llamacpp``: llama-server on the Q4_1 GGUF with one slot per
     request in flight), run :func:`measure_server` at each of ``in_flight`` (requests per level:
     ``n_requests``, default :data:`IN_FLIGHT_REQUESTS`), then read the server's resident memory.
     ``threads``: the compute threads each server gets (vLLM's ``OMP_NUM_THREADS``, llama.cpp's
     ``-t``/``-tb``). An engine that cannot run here comes back ``skipped`` with the reason, except
-    under CI, where the engine is required and its absence raises."""
+    under CI, where the engine is required and its absence raises. ``rounds``: how many times the
+    batching gain (most in flight ÷ 1) is measured: the sweep is round 1, then the two ends again in
+    alternating order (most first in even rounds) so a drift of the machine hits both alike."""
     from .. import settings
     from ..engines import llamacpp, server, vllm
 
@@ -142,6 +154,14 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
         raise ValueError(f"engine={engine!r}: choose vllm or llamacpp")
     with ctx as target:
         runs = measure_server(target.url, target.model, tuple(in_flight), counts, prompts, max_tokens)
+        top = max(in_flight)
+        gains = [runs[top].output_throughput / runs[1].output_throughput] if 1 in runs and top > 1 else []
+        for r in range(1, rounds if gains else 0):
+            again = measure_server(target.url, target.model, (top, 1) if r % 2 else (1, top), counts, prompts,
+                                   max_tokens)
+            if (short := {c: s.completed for c, s in again.items() if s.completed != counts[c]}):
+                raise RuntimeError(f"{target.engine}: round {r + 1} completed {short} of {counts} requests")
+            gains.append(again[top].output_throughput / again[1].output_throughput)
         pid = server_pid(target.url) if target.kind in ("vllm", "llamacpp") else None
         memory = process_tree_memory(pid)["rss"] if pid else None
     weights, weight_bytes = "unknown", None
@@ -158,7 +178,7 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
         weights, weight_bytes = f"{target.dtype} GGUF", float(gguf_summary(gguf_path())["bytes"])
     return EngineRun(target.engine, target.kind, weights, threads_words, runs, weight_bytes, memory,
                      "server process RSS after the runs" if memory else "not measured (not started here)",
-                     target.startup_s)
+                     target.startup_s, batching_rounds=gains)
 
 
 def paired_decode_rounds(prompts: Sequence[str], max_tokens: int = 16, rounds: int = 4, requests: int = 2,

@@ -7,8 +7,9 @@
   and ``warm_request_s`` (the same request again).
 * :func:`weight_load` times the weight formats side by side in this process: the safetensors
   file (a plain copy of stored floats) and the bundled GGUF (Q4_1: read and dequantized with the
-  ``gguf`` package), with their sizes in bytes, and what a download of each would take at a given
-  bandwidth (computed, labelled as such).
+  ``gguf`` package), round after round in alternating order, with their sizes in bytes, and what a
+  download of each would take at a given bandwidth (computed, labelled as such);
+  :func:`pull_and_load_ratio` compares the two round by round.
 * :func:`vllm_phases` reads the phases vLLM logs while it starts (weights, engine init with KV
   cache and warm-up) from the log of a server :func:`labkit.engines.vllm.start_vllm` started; the
   rest of its measured time to ``/health`` is the process, imports and API server.
@@ -29,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..stats import median_interval
 
 _CHILD = r"""
 import json, sys, time
@@ -73,33 +76,53 @@ def python_cold_start(timeout_s: float = 600.0) -> dict[str, Any]:
 
 
 def weight_load(safetensors_file: str | Path, gguf_file: str | Path | None = None,
-                bandwidth_bytes_s: float = 100e6) -> list[dict[str, Any]]:
-    """Load the same weights from each format in this process: one row per format with ``bytes``
-    (file size), ``load_s`` (seconds to tensors in memory, dequantization included), ``params``
-    and ``download_s`` (computed: ``bytes / bandwidth_bytes_s``, default 100 MB/s)."""
+                bandwidth_bytes_s: float = 100e6, rounds: int = 1) -> list[dict[str, Any]]:
+    """Load the same weights from each format in this process, ``rounds`` times in alternating order
+    (safetensors first in odd rounds, the GGUF first in even ones): one row per format with ``bytes``
+    (file size), ``load_runs`` (seconds to tensors in memory, dequantization included, per round),
+    ``load_s`` (their median), ``params`` and ``download_s`` (computed: ``bytes / bandwidth_bytes_s``,
+    default 100 MB/s)."""
+    loaders = [("safetensors", Path(safetensors_file), _load_safetensors)]
+    if gguf_file is not None:
+        loaders.append(("gguf", Path(gguf_file), _load_gguf))
+    rows: dict[str, dict[str, Any]] = {}
+    for r in range(rounds):
+        for name, path, load in (loaders if r % 2 == 0 else loaders[::-1]):
+            t = time.perf_counter()
+            fmt, params = load(path)
+            row = rows.setdefault(name, {"format": fmt, "bytes": path.stat().st_size, "params": params,
+                                         "load_runs": []})
+            row["load_runs"].append(time.perf_counter() - t)
+    for row in rows.values():
+        row["load_s"] = median_interval(row["load_runs"])["median"]
+        row["download_s"] = row["bytes"] / bandwidth_bytes_s
+    return [rows[name] for name, _, _ in loaders]
+
+
+def pull_and_load_ratio(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Download plus load, the GGUF's ÷ the safetensors' (rows from :func:`weight_load`), round by
+    round: :func:`labkit.stats.median_interval` of the per-round ratios (``median``, ``lo``, ``hi``,
+    ``n``, ``coverage``)."""
+    st, gg = rows
+    return median_interval([(gg["download_s"] + g) / (st["download_s"] + s)
+                            for s, g in zip(st["load_runs"], gg["load_runs"], strict=True)])
+
+
+def _load_safetensors(path: Path) -> tuple[str, int]:
     from safetensors.torch import load_file
 
-    rows = []
-    st = Path(safetensors_file)
-    t = time.perf_counter()
-    tensors = load_file(str(st))  # memory-mapped: pages are read when touched
+    tensors = load_file(str(path))  # memory-mapped: pages are read when touched
     for v in tensors.values():
         v.view(-1)[:: max(1, 4096 // v.element_size())].sum()  # touch every page
-    rows.append({"format": "safetensors", "bytes": st.stat().st_size, "load_s": time.perf_counter() - t,
-                 "params": sum(v.numel() for v in tensors.values())})
-    del tensors
-    if gguf_file is not None:
-        import gguf
+    return "safetensors", sum(v.numel() for v in tensors.values())
 
-        g = Path(gguf_file)
-        t = time.perf_counter()
-        reader = gguf.GGUFReader(str(g))
-        params = sum(gguf.quants.dequantize(x.data, x.tensor_type).size for x in reader.tensors)
-        rows.append({"format": f"GGUF ({_gguf_kind(reader)})", "bytes": g.stat().st_size,
-                     "load_s": time.perf_counter() - t, "params": params})
-    for r in rows:
-        r["download_s"] = r["bytes"] / bandwidth_bytes_s
-    return rows
+
+def _load_gguf(path: Path) -> tuple[str, int]:
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    params = sum(gguf.quants.dequantize(x.data, x.tensor_type).size for x in reader.tensors)
+    return f"GGUF ({_gguf_kind(reader)})", params
 
 
 def _gguf_kind(reader: Any) -> str:

@@ -38,6 +38,18 @@ LLAMACPP_EXTRA = {"busy_slots_per_decode": "llamacpp:n_busy_slots_per_decode",
 #: finished requests (by reason or in all), and in current builds no KV-cache gauge.
 LLAMACPP_LACKS = ("ttft_buckets", "ttft_sum", "ttft_count", "finished_<reason>", "finished_total",
                   "kv_usage_pct")
+#: Three of vLLM's figures a dashboard reads, in words, by the sample key that holds each
+#: (:func:`missing_figures`).
+FIGURE_WORDS = {"ttft_count": "a TTFT histogram", "finished_total": "a count of finished requests",
+                "kv_usage_pct": "a KV-cache gauge"}
+
+
+def missing_figures(samples: list[dict[str, Any]]) -> list[str]:
+    """Which of :data:`FIGURE_WORDS` the last readable sample (no ``error``) lacks (absent, NaN or
+    empty), in words, for chapter 08's monitoring section; all of them when no sample was read."""
+    last: dict[str, Any] = next((s for s in reversed(samples) if "error" not in s), {})
+    lacks = lambda v: v is None or v != v or v == {}  # noqa: E731
+    return [words for key, words in FIGURE_WORDS.items() if lacks(last.get(key))]
 
 
 def parse_llamacpp(text: str) -> dict[str, Any]:

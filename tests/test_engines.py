@@ -247,6 +247,45 @@ def test_paired_rounds_alternate_the_engines_and_keep_both_up(monkeypatch):
     assert out == {"vllm": [10.0] * 4, "llamacpp": [4.0] * 4}
 
 
+def test_paired_rounds_measure_servers_already_up_without_starting_any(monkeypatch):
+    from labkit.engines import server
+    from labkit.engines.server import Target
+
+    monkeypatch.setattr(vllm, "vllm_available", lambda: False)  # not needed: the servers are given
+    monkeypatch.setattr(server, "measured_server", lambda **_: pytest.fail("started a server"))
+    monkeypatch.setattr(er, "measure_server", lambda url, model, c, n, p, m: {1: fake_summary(
+        completed=n[1], tpot_median=10.0 if model == "vllm" else 4.0)})
+    monkeypatch.setattr(er, "tpot_range_ms", lambda run: {"median": run.tpot.median})
+    up = {e: Target(f"http://127.0.0.1:9/{e}", e, e, e) for e in ("vllm", "llamacpp")}
+    out = er.paired_decode_rounds(["hi"], rounds=2, targets=up)
+    assert out == {"vllm": [10.0] * 2, "llamacpp": [4.0] * 2}
+
+
+def test_measure_engine_keeps_its_server_up_on_a_given_stack(monkeypatch):
+    import contextlib
+
+    from labkit.engines import server
+    from labkit.engines.server import Target
+
+    monkeypatch.setenv("LABKIT_BASE_URL", "http://127.0.0.1:9")
+    events = []
+
+    @contextlib.contextmanager
+    def stand_in(**_):
+        events.append("up")
+        yield Target("http://127.0.0.1:9", "m", "external", "your server")
+        events.append("down")
+
+    monkeypatch.setattr(server, "measured_server", stand_in)
+    monkeypatch.setattr(er, "measure_server", lambda url, model, c, n, p, m: {
+        k: fake_summary(completed=n[k], output_throughput=1.0) for k in c})
+    with contextlib.ExitStack() as stack:
+        e = er.measure_engine("vllm", ["hi"], in_flight=(1, 8), stack=stack)
+        assert events == ["up"] and e.target is not None and e.target.url == "http://127.0.0.1:9"
+    assert events == ["up", "down"]
+    assert er.measure_engine("vllm", ["hi"], in_flight=(1, 8)).target is None and events[-1] == "down"
+
+
 def test_paired_rounds_need_both_engines(monkeypatch):
     monkeypatch.setattr(vllm, "vllm_available", lambda: False)
     with pytest.raises(RuntimeError):

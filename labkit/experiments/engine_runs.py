@@ -34,7 +34,8 @@ class EngineRun:
     flight -> load-generator summary; ``weight_bytes``: bytes of weights one decode step reads
     (every weight once; ``None`` when unknown); ``memory_bytes``: its resident memory, ``memory_what``
     says what was counted; ``startup_s``: seconds until the server answered; ``batching_rounds``:
-    output tokens/s at the most in flight ÷ at 1, one ratio per round (:func:`measure_engine`)."""
+    output tokens/s at the most in flight ÷ at 1, one ratio per round (:func:`measure_engine`);
+    ``target``: the server (:class:`labkit.engines.server.Target`) where it was kept up."""
 
     name: str
     kind: str
@@ -47,6 +48,7 @@ class EngineRun:
     startup_s: float | None = None
     skipped: str = ""
     batching_rounds: list[float] = field(default_factory=list)
+    target: Any = None
 
     @property
     def batching_gain(self) -> dict[str, float] | None:
@@ -121,7 +123,8 @@ def transformers_run(model: Any, tokenizer: Any, prompts: Sequence[str], n_reque
 
 def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
                    in_flight: Sequence[int] = (1, 4, 8), n_requests: dict[int, int] | None = None,
-                   threads: int | None = None, rounds: int = 1) -> EngineRun:
+                   threads: int | None = None, rounds: int = 1,
+                   stack: contextlib.ExitStack | None = None) -> EngineRun:
     """Serve the bundled model with ``engine`` (``vllm``: vLLM's CPU build on the safetensors copy, or
     your ``LABKIT_BASE_URL`` server; ``llamacpp``: llama-server on the Q4_1 GGUF with one slot per
     request in flight), run :func:`measure_server` at each of ``in_flight`` (requests per level:
@@ -130,7 +133,9 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
     ``-t``/``-tb``). An engine that cannot run here comes back ``skipped`` with the reason, except
     under CI, where the engine is required and its absence raises. ``rounds``: how many times the
     batching gain (most in flight ÷ 1) is measured: the sweep is round 1, then the two ends again in
-    alternating order (most first in even rounds) so a drift of the machine hits both alike."""
+    alternating order (most first in even rounds) so a drift of the machine hits both alike.
+    ``stack``: keep the server up on this stack (it stops when the stack closes; the run's ``target``
+    names it) instead of stopping it on return."""
     from .. import settings
     from ..engines import llamacpp, server, vllm
 
@@ -152,7 +157,8 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
         threads_words = f"{threads} (-t, -tb)"
     else:
         raise ValueError(f"engine={engine!r}: choose vllm or llamacpp")
-    with ctx as target:
+    with contextlib.ExitStack() as own:
+        target = (stack or own).enter_context(ctx)
         runs = measure_server(target.url, target.model, tuple(in_flight), counts, prompts, max_tokens)
         top = max(in_flight)
         gains = [runs[top].output_throughput / runs[1].output_throughput] if 1 in runs and top > 1 else []
@@ -178,28 +184,31 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
         weights, weight_bytes = f"{target.dtype} GGUF", float(gguf_summary(gguf_path())["bytes"])
     return EngineRun(target.engine, target.kind, weights, threads_words, runs, weight_bytes, memory,
                      "server process RSS after the runs" if memory else "not measured (not started here)",
-                     target.startup_s, batching_rounds=gains)
+                     target.startup_s, batching_rounds=gains, target=target if stack else None)
 
 
 def paired_decode_rounds(prompts: Sequence[str], max_tokens: int = 16, rounds: int = 4, requests: int = 2,
-                         threads: int | None = None) -> dict[str, list[float]]:
-    """vLLM's CPU build and llama-server (one slot) up at once, measured in turn, one request at a time,
-    in ABBA order (vLLM first in even rounds, llama.cpp first in odd ones) so a drift of the machine
-    hits both alike: ``{"vllm": [...], "llamacpp": [...]}``, each round's median TPOT in ms (chapter
-    05's engine factor is taken round by round from these). ``RuntimeError`` where either engine
-    cannot run here; a request that fails raises too."""
+                         threads: int | None = None,
+                         targets: dict[str, Any] | None = None) -> dict[str, list[float]]:
+    """vLLM's CPU build and llama-server (one slot where this starts them) up at once, measured in turn,
+    one request at a time, in ABBA order (vLLM first in even rounds, llama.cpp first in odd ones) so a
+    drift of the machine hits both alike: ``{"vllm": [...], "llamacpp": [...]}``, each round's median
+    TPOT in ms (chapter 05's engine factor is taken round by round from these). ``targets``:
+    ``{"vllm": ..., "llamacpp": ...}``, servers already up (e.g. :func:`measure_engine`'s, kept on a
+    stack) to measure instead of starting two. ``RuntimeError`` where either engine cannot run here;
+    a request that fails raises too."""
     from ..engines import llamacpp, server, vllm
 
     for ok, why in ((vllm.vllm_available(), vllm.unavailable_reason), (llamacpp.llamacpp_available(),
                                                                          llamacpp.unavailable_reason)):
-        if not ok:
+        if not (ok or targets):
             raise RuntimeError(why())
     out: dict[str, list[float]] = {"vllm": [], "llamacpp": []}
     with contextlib.ExitStack() as stack:
         lc_args = {"parallel": 1, "threads": threads or llamacpp.default_threads()}
-        targets = {"vllm": stack.enter_context(server.measured_server(engine="vllm", threads=threads)),
-                   "llamacpp": stack.enter_context(server.measured_server(engine="llamacpp",
-                                                                          llamacpp_args=lc_args))}
+        targets = targets or {
+            "vllm": stack.enter_context(server.measured_server(engine="vllm", threads=threads)),
+            "llamacpp": stack.enter_context(server.measured_server(engine="llamacpp", llamacpp_args=lc_args))}
         for r in range(rounds):
             for name in (("vllm", "llamacpp") if r % 2 == 0 else ("llamacpp", "vllm")):
                 t = targets[name]

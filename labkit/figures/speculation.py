@@ -64,6 +64,29 @@ def keep(page: Mapping[str, Any]) -> None:
     record("speculation", "spec_copy_speedup_expected_k4", expect_speed["copy"], "x",
            f"copy prompt, k = 4: tokens per pass / the measured cost of a {K + 1}-token pass (drafting free)")
 
+    # A draft model of its own (llama.cpp: the bundled Q4_1 drafting for the same weights in F32)
+    draft_run = take(page, "draft_run")[0]
+    if draft_run is None:
+        unmeasured("speculation", "draft_model_speedup", "llama.cpp is not built here (make llamacpp)")
+    else:
+        d_sp, d_acc = draft_run.speedup, draft_run.acceptance
+        how = f"llama-server, F32 target, Q4_1 draft, k = {draft_run.k}, copy and open prompts, greedy"
+        record("speculation", "draft_model_speedup", d_sp["median"], "x",
+               f"decode tokens/s with the draft / without, {how}: median of {d_sp['n']} rounds in rotating "
+               "order, band their range", spread=(d_sp["lo"], d_sp["hi"], int(d_sp["n"])))
+        record("speculation", "draft_model_acceptance", d_acc["p"], "fraction",
+               f"draft tokens kept, {draft_run.accepted} of {draft_run.drafted}, Wilson 95%",
+               spread=(d_acc["lo"], d_acc["hi"], draft_run.drafted))
+        record("speculation", "draft_model_tokens_per_pass", draft_run.tokens_per_pass, "tokens/pass", how)
+        record("speculation", "draft_model_step_cost", draft_run.ratio("target", "draft")["median"], "x",
+               "a Q4_1 draft step's time / an F32 target step's, median of the rounds")
+        record("speculation", "draft_model_pass_cost", draft_run.pass_cost(), "steps",
+               "computed from the medians: a target pass over the drafts, in single target steps")
+        record("speculation", "draft_model_if_pass_cost_1", draft_run.if_pass_cost(), "x",
+               "computed: the speed-up these counts and the draft's cost give if a pass costs one step")
+        record("speculation", "draft_model_same_text", draft_run.same, "answers",
+               f"greedy answers with the draft equal to the target's own, of {draft_run.compared}")
+
     # Put the stable part first
     order_rows = take(page, "order_rows")[0]
     record("speculation", "prefix_tutorial_shared_first_tokens", int(order_rows[0]["cached"]), "tokens",

@@ -105,7 +105,8 @@ def keep(page: Mapping[str, Any]) -> None:
            f"P99 latency / the SLO of {day_slo:.0f} s")
     record("production", "hpa_manifest_over_naive_gpu_hours", manifest["gpu_hours"] / naive["gpu_hours"], "x",
            "replica-hours, the same two")
-    for case, key in ((HERE, "cpu"), (H100, "h100")):
+    L4 = take(page, "L4")[0]
+    for case, key in ((HERE, "cpu"), (H100, "h100"), (L4, "l4")):
         tier = matched[case][0]
         record("production", f"{key}_matched_crossover_req_per_day", crossings[(case, tier)], "req/day",
                f"{case} vs {tier}, {in_tok:.0f} prompt + {out_tok:.0f} output tokens, prompts counted both "
@@ -195,7 +196,8 @@ def keep(page: Mapping[str, Any]) -> None:
 
     # What moves the crossover: prompt length and utilization
     PROMPTS, sens = take(page, "PROMPTS sens")
-    for case, key in ((HERE, "cpu"), (H100, "h100")):
+    L4 = take(page, "L4")[0]
+    for case, key in ((HERE, "cpu"), (H100, "h100"), (L4, "l4")):
         at70 = {r["input_tokens"]: r["crossover_rpd"] for r in sens[case] if r["utilization"] == 0.7}
         record("production", f"{key}_matched_crossover_{PROMPTS[-1]}_prompt_req_per_day", at70[PROMPTS[-1]],
                "req/day",

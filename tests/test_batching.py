@@ -140,8 +140,42 @@ def test_weight_load_alternates_the_formats_and_compares_them_round_by_round(tmp
     rows = coldstart.weight_load(tmp_path / "a", tmp_path / "b", bandwidth_bytes_s=100.0, rounds=4)
     assert order == ["st", "gguf", "gguf", "st"] * 2 and [r["format"] for r in rows] == ["st", "gguf"]
     rows[0]["load_runs"], rows[1]["load_runs"] = [1.0, 1.0, 1.0], [0.0, 1.0, 3.0]  # download 1 s each
-    r = coldstart.pull_and_load_ratio(rows)
+    r = coldstart.pull_ratio(rows[1], rows[0])
     assert (r["median"], r["lo"], r["hi"], r["n"]) == (1.0, 0.5, 2.0, 3)
+
+
+def test_llamacpp_start_is_read_off_its_own_log(tmp_path):
+    log = tmp_path / "llama.log"
+    log.write_text("0.00.006.880 I srv    load_model: loading model 'x.gguf'\n"
+                   "1.02.522.538 I srv  llama_server: model loaded\n")
+    assert coldstart.llamacpp_loaded_s(log) == pytest.approx(62.522538)
+    log.write_text("0.00.006.880 I srv    load_model: loading model 'x.gguf'\n")
+    with pytest.raises(ValueError, match="model loaded"):
+        coldstart.llamacpp_loaded_s(log, wait_s=0.1)
+
+
+def test_engine_start_rounds_alternate_the_files_and_stop_every_server(tmp_path, monkeypatch):
+    from labkit.engines import llamacpp, process
+
+    files = {}
+    for name, size in (("Q4_1", 100), ("F32", 500)):
+        files[name] = tmp_path / f"{name}.gguf"
+        files[name].write_bytes(b"x" * size)
+    started, stopped = [], []
+
+    def start(gguf, **_):
+        started.append(gguf.stem)
+        log = tmp_path / f"{gguf.stem}-{len(started)}.log"
+        log.write_text(f"0.00.{len(started):03d}.000 I srv  llama_server: model loaded\n")
+        return process.Server(url="u", pid=0, log=log, model="m", proc=None)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(llamacpp, "start_llamacpp", start)
+    monkeypatch.setattr(process, "stop", lambda srv: stopped.append(srv.log.name))
+    rows = coldstart.engine_start_rounds(files, rounds=3, bandwidth_bytes_s=100.0)
+    assert started == ["Q4_1", "F32", "F32", "Q4_1", "Q4_1", "F32"] and len(stopped) == 6
+    assert rows["Q4_1"]["start_runs"] == [0.001, 0.004, 0.005] and rows["F32"]["download_s"] == 5.0
+    r = coldstart.pull_ratio(rows["Q4_1"], rows["F32"], "start_runs")
+    assert r["n"] == 3 and r["hi"] < 1  # 1 s of download against 5
 
 
 def test_vllm_phases_parsed_from_a_log(tmp_path):

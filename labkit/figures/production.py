@@ -11,6 +11,7 @@ import numpy as np
 from ..engines import llamacpp, vllm
 from ..production import coldstart
 from ..results import record, unmeasured
+from ..stats import median_interval
 from . import take
 
 
@@ -118,25 +119,33 @@ def keep(page: Mapping[str, Any]) -> None:
            f"batchsim at {rates[0]} req/s")
 
     # The same weights in two formats
-    formats = take(page, "formats")[0]
+    formats, starts = take(page, "formats starts")
     if formats:  # the small profile's safetensors and GGUF files
         st, gg = formats
         record("production", "safetensors_bytes", st["bytes"], "B", "the float32 safetensors file")
         record("production", "gguf_bytes", gg["bytes"], "B", gg["format"])
         record("production", "gguf_over_safetensors_bytes", gg["bytes"] / st["bytes"], "x", "file sizes")
-        n = len(st["load_runs"])
         record("production", "safetensors_load_s", st["load_s"], "s",
-               f"memory-mapped, every page touched, in this process, median of {n} rounds")
+               "memory-mapped, every page touched, in this process, one run")
         record("production", "gguf_load_s", gg["load_s"], "s",
-               f"every block decoded to floats (gguf-py), in this process, median of {n} rounds")
-        pull = coldstart.pull_and_load_ratio(formats)
-        record("production", "gguf_over_safetensors_pull_and_load", pull["median"], "x",
-               f"download at 100 MB/s plus load, GGUF vs safetensors, median of {pull['n']} rounds in "
-               "alternating order, band their range", spread=(pull["lo"], pull["hi"], int(pull["n"])))
+               "every block decoded to floats (gguf-py), in this process, one run")
     else:
-        for key in ("gguf_over_safetensors_bytes", "gguf_over_safetensors_pull_and_load"):
-            unmeasured("production", key,
-                       "only the small profile's bundled model ships as both safetensors and GGUF")
+        unmeasured("production", "gguf_over_safetensors_bytes",
+                   "only the small profile's bundled model ships as both safetensors and GGUF")
+    if starts:
+        pull = coldstart.pull_ratio(starts["Q4_1"], starts["F32"], "start_runs")
+        for name, s in starts.items():
+            mid = median_interval(s["start_runs"])["median"]
+            record("production", f"llamacpp_{name.lower()}_start_s", mid, "s",
+                   f"llama-server on the {name} GGUF, process start to 'model loaded' (its log's clock), "
+                   f"median of {len(s['start_runs'])} rounds")
+        record("production", "gguf_q4_over_f32_pull_and_start", pull["median"], "x",
+               "llama-server on the same weights, Q4_1 GGUF vs F32 GGUF: download at 100 MB/s plus start to "
+               f"'model loaded', median of {int(pull['n'])} rounds in alternating order, band their range",
+               spread=(pull["lo"], pull["hi"], int(pull["n"])))
+    else:
+        unmeasured("production", "gguf_q4_over_f32_pull_and_start",
+                   "needs the small profile's bundled GGUF and llama.cpp (make llamacpp)")
 
     # The autoscaler, one change at a time
     DAY_SEEDS, day_step = take(page, "DAY_SEEDS day_step")
@@ -196,8 +205,7 @@ def keep(page: Mapping[str, Any]) -> None:
 
     # What moves the crossover: prompt length and utilization
     PROMPTS, sens = take(page, "PROMPTS sens")
-    L4 = take(page, "L4")[0]
-    for case, key in ((HERE, "cpu"), (H100, "h100"), (L4, "l4")):
+    for case, key in ((HERE, "cpu"), (H100, "h100")):
         at70 = {r["input_tokens"]: r["crossover_rpd"] for r in sens[case] if r["utilization"] == 0.7}
         record("production", f"{key}_matched_crossover_{PROMPTS[-1]}_prompt_req_per_day", at70[PROMPTS[-1]],
                "req/day",

@@ -9,7 +9,8 @@
   file (a plain copy of stored floats) and the bundled GGUF (Q4_1: read and dequantized with the
   ``gguf`` package), round after round in alternating order, with their sizes in bytes, and what a
   download of each would take at a given bandwidth (computed, labelled as such);
-  :func:`pull_and_load_ratio` compares the two round by round.
+  :func:`engine_start_rounds` starts llama-server on the same weights as 4-bit blocks and as floats,
+  and :func:`pull_ratio` compares two formats' download plus load or start, round by round.
 * :func:`vllm_phases` reads the phases vLLM logs while it starts (weights, engine init with KV
   cache and warm-up) from the log of a server :func:`labkit.engines.vllm.start_vllm` started; the
   rest of its measured time to ``/health`` is the process, imports and API server.
@@ -99,13 +100,53 @@ def weight_load(safetensors_file: str | Path, gguf_file: str | Path | None = Non
     return [rows[name] for name, _, _ in loaders]
 
 
-def pull_and_load_ratio(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Download plus load, the GGUF's ÷ the safetensors' (rows from :func:`weight_load`), round by
-    round: :func:`labkit.stats.median_interval` of the per-round ratios (``median``, ``lo``, ``hi``,
-    ``n``, ``coverage``)."""
-    st, gg = rows
-    return median_interval([(gg["download_s"] + g) / (st["download_s"] + s)
-                            for s, g in zip(st["load_runs"], gg["load_runs"], strict=True)])
+def pull_ratio(num: dict[str, Any], den: dict[str, Any], runs: str = "load_runs") -> dict[str, float]:
+    """Download plus load (or start), ``num``'s ÷ ``den``'s (rows from :func:`weight_load` or
+    :func:`engine_start_rounds`; ``runs`` names their per-round seconds), round by round:
+    :func:`labkit.stats.median_interval` of the per-round ratios (``median``, ``lo``, ``hi``, ``n``,
+    ``coverage``)."""
+    return median_interval([(num["download_s"] + a) / (den["download_s"] + b)
+                            for a, b in zip(num[runs], den[runs], strict=True)])
+
+
+_LOADED = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) I srv\s+llama_server: model loaded", re.M)
+
+
+def llamacpp_loaded_s(log: str | Path, wait_s: float = 2.0) -> float:
+    """Seconds from llama-server's start to its ``model loaded`` line, on the clock its log prints
+    (``M.SS.mmm.uuu``); waits up to ``wait_s`` for the line. ``ValueError`` when it never comes."""
+    end = time.perf_counter() + wait_s
+    while True:
+        m = _LOADED.search(Path(log).read_text(errors="replace"))
+        if m:
+            minutes, sec, ms, us = map(int, m.groups())
+            return 60 * minutes + sec + ms / 1e3 + us / 1e6
+        if time.perf_counter() > end:
+            raise ValueError(f"no 'model loaded' line in {log}")
+        time.sleep(0.05)
+
+
+def engine_start_rounds(files: dict[str, Path], rounds: int = 3, threads: int | None = None,
+                        bandwidth_bytes_s: float = 100e6) -> dict[str, dict[str, Any]]:
+    """llama-server started on each GGUF of ``files`` (name -> path) and stopped again, in turn,
+    ``rounds`` times, the order reversed every other round: per name ``bytes``, ``download_s``
+    (computed: ``bytes / bandwidth_bytes_s``) and ``start_runs`` (seconds from the process start to
+    ``model loaded``, per round: :func:`llamacpp_loaded_s`). Chapter 08 compares the same weights as
+    4-bit blocks and as floats in one engine that reads both without converting them."""
+    from ..engines import llamacpp, process
+
+    out: dict[str, dict[str, Any]] = {
+        n: {"bytes": Path(f).stat().st_size, "download_s": Path(f).stat().st_size / bandwidth_bytes_s,
+            "start_runs": []} for n, f in files.items()}
+    names = list(files)
+    for r in range(rounds):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            srv = llamacpp.start_llamacpp(files[n], threads=threads, parallel=1, ctx_per_slot=512)
+            try:
+                out[n]["start_runs"].append(llamacpp_loaded_s(srv.log))
+            finally:
+                process.stop(srv)
+    return out
 
 
 def _load_safetensors(path: Path) -> tuple[str, int]:

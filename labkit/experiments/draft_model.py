@@ -32,8 +32,8 @@ class DraftRounds:
     """Chapter 06b's draft-model run. ``k``: tokens drafted per step; ``tps``: server -> decode
     tokens/s per round (all prompts' tokens ÷ their decode time); ``drafted``/``accepted``: draft
     tokens proposed and kept, and ``emitted`` the tokens written with the draft, over every round;
-    ``same``/``compared``: prompts (per round) whose greedy
-    text with the draft equals the target's alone; ``texts``: the target's own answers, by prompt."""
+    ``same``/``compared``: answers (one per prompt and round) whose greedy text with the draft
+    equals the target's alone."""
 
     k: int
     tps: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SERVERS})
@@ -42,7 +42,6 @@ class DraftRounds:
     emitted: int = 0
     same: int = 0
     compared: int = 0
-    texts: dict[str, str] = field(default_factory=dict)
 
     def ratio(self, num: str, den: str) -> dict[str, float]:
         """``num``'s tokens/s ÷ ``den``'s, round by round: :func:`labkit.stats.median_interval`."""
@@ -56,7 +55,8 @@ class DraftRounds:
     @property
     def tokens_per_pass(self) -> float:
         """Tokens written per target pass with the draft: each pass writes its accepted drafts plus
-        one token of its own, so passes = emitted - accepted."""
+        one token of its own, so passes = emitted - accepted (about: an answer's first token, from
+        the prompt's pass, counts as a pass too)."""
         return self.emitted / (self.emitted - self.accepted)
 
     def pass_cost(self) -> float:
@@ -133,7 +133,6 @@ def measure(prompts: Sequence[str], k: int = 4, rounds: int = 4, max_tokens: int
                     out.emitted += sum(a["tokens"] for a in answers)
             out.same += sum(a == b for a, b in zip(texts["target"], texts["target + draft"], strict=True))
             out.compared += len(prompts)
-            out.texts = dict(zip(prompts, texts["target"], strict=True))
     if out.drafted == 0:
         raise RuntimeError("llama-server proposed no draft tokens: this build did not speculate with -md")
     return out

@@ -53,26 +53,29 @@ class DraftRounds:
         return self.ratio("target + draft", "target")
 
     @property
+    def passes(self) -> int:
+        """Target passes with the draft: each writes its accepted drafts plus one token of its own,
+        so passes = emitted - accepted (about: an answer's first token, from the prompt's pass,
+        counts as a pass too)."""
+        return self.emitted - self.accepted
+
+    @property
     def tokens_per_pass(self) -> float:
-        """Tokens written per target pass with the draft: each pass writes its accepted drafts plus
-        one token of its own, so passes = emitted - accepted (about: an answer's first token, from
-        the prompt's pass, counts as a pass too)."""
-        return self.emitted / (self.emitted - self.accepted)
+        """Tokens written per target pass with the draft (:attr:`passes`)."""
+        return self.emitted / self.passes
 
     def pass_cost(self) -> float:
         """What one target pass over the drafts cost, in single target steps (computed from the
         medians: a pass's time at the drafted speed, less the draft steps in it)."""
         med = {s: median_interval(v)["median"] for s, v in self.tps.items()}
-        passes = self.emitted - self.accepted
         pass_s = self.tokens_per_pass / med["target + draft"]
-        return (pass_s - self.drafted / passes / med["draft"]) * med["target"]
+        return (pass_s - self.drafted / self.passes / med["draft"]) * med["target"]
 
     def if_pass_cost(self, steps: float = 1.0) -> float:
         """The speed-up these counts and the draft's measured cost would give had a target pass over
         the drafts cost ``steps`` single steps (about 1 on a GPU at batch 1, chapter 04)."""
-        passes = self.emitted - self.accepted
         draft_cost = self.ratio("target", "draft")["median"]  # a draft step, in target steps
-        return self.tokens_per_pass / (self.drafted / passes * draft_cost + steps)
+        return self.tokens_per_pass / (self.drafted / self.passes * draft_cost + steps)
 
     @property
     def acceptance(self) -> dict[str, float]:

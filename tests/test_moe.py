@@ -11,6 +11,7 @@ from labkit.llm.moe import (
     moe_forward,
     moe_params,
     route,
+    router_share,
 )
 
 
@@ -84,3 +85,12 @@ def test_real_like_states_route_lopsided_and_usage_by_batch_draws_rows():
     text = usage_sentence("X", {1: 0.0625, 256: 0.71}, {256: 1.0}, 256)
     assert "most of them" in text and "71%" in text and "100%" in text
     assert "nearly all" in usage_sentence("X", {1: 0.0625, 256: 0.97}, {256: 1.0}, 256)
+
+
+def test_router_share_counts_one_matrix_per_moe_layer():
+    from labkit.llm.architecture import load_config
+    qwen = router_share(load_config("Qwen3-235B-A22B"))
+    assert qwen["params"] == 94 * 128 * 4096                  # every layer is MoE, no router bias
+    deepseek = router_share(load_config("DeepSeek-V3"))
+    assert deepseek["params"] == (61 - 3) * 256 * (7168 + 1)  # 3 dense layers first; a bias per expert
+    assert 0 < qwen["of_total"] < qwen["of_active"] < 1

@@ -46,6 +46,16 @@ def keep(page: Mapping[str, Any]) -> None:
            (entropy_bits(probabilities(logits, 1.5)) / entropy_bits(probabilities(logits, 0.3))).item(), "x",
            "entropy at T = 1.5 over T = 0.3")
 
+    head_share, prev_spread, routers = take(page, "head_share prev_spread routers")
+    record("internals", "head_prev_token_spread", prev_spread, "",
+           "share of attention on the previous token, most minus least such head, 3 prompts")
+    for target, share in head_share.items():
+        record("internals", f"heads_majority_{target.replace(' ', '_')}", int((share > 0.5).sum()), "heads",
+               f"of {share.numel()}: over half their attention on the {target}")
+    record("internals", "moe_router_share_of_active_max", max(r["of_active"] for r in routers.values()), "",
+           "router weights over the parameters one token uses, the larger of "
+           + " and ".join(routers))
+
     # The KV cache, mixture of experts and the configs
     (balanced, cached_ms, crossover, e_cached, e_uncached, formula, lengths, measured_hf,
      measured_scratch, n_prompt, prof, uncached_ms, usage) = take(page, (

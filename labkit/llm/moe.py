@@ -10,8 +10,12 @@ shared experts (DeepSeek style) process every token. Weights use the layout of t
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+
+from .architecture import _moe_layout, param_count, text_config
 
 MoE = dict[str, torch.Tensor]
 
@@ -66,6 +70,17 @@ def moe_params(p: MoE, top_k: int) -> dict[str, int]:
     per_expert = (p["gate_up_proj"].numel() + p["down_proj"].numel()) // n_experts
     always = sum(v.numel() for k, v in p.items() if k not in ("gate_up_proj", "down_proj"))
     return {"total": always + n_experts * per_expert, "active": always + top_k * per_expert}
+
+
+def router_share(config: dict[str, Any]) -> dict[str, float]:
+    """A real MoE model's routers, from its config (chapter 03): ``params`` (one ``experts x hidden``
+    matrix per MoE layer, plus DeepSeek-V3's per-expert bias) and their share of the parameters one
+    token uses (``of_active``) and of all (``of_total``)."""
+    c = text_config(config)
+    n_routed, _, _, _, moe_layers = _moe_layout(c)
+    per_layer = n_routed * c["hidden_size"] + (n_routed if c.get("topk_method") == "noaux_tc" else 0)
+    params, counts = len(moe_layers) * per_layer, param_count(config)
+    return {"params": params, "of_active": params / counts["active"], "of_total": params / counts["total"]}
 
 
 def experts_used_fraction(ids: torch.Tensor, n_experts: int) -> float:

@@ -81,3 +81,9 @@ def keep(page: Mapping[str, Any]) -> None:
            f"{prof.llm}: labkit.llm.architecture.param_count")
     record("concepts", "params_from_tensors", from_tensors, "parameters",
            f"{prof.llm}: the loaded model's tensors")
+    call_ms, classic_ms, token_ms = take(page, "call_ms classic_ms token_ms")
+    record("concepts", "classic_predict_ms_max", classic_ms, "ms",
+           "one prediction, the slower of " + " and ".join(k for k in call_ms if k != "token")
+           + f" (digits), median of 20, {device}")
+    record("concepts", "llm_token_over_classic", token_ms / classic_ms, "x",
+           f"{prof.llm}'s one-token forward pass over the slower prediction, same rounds")

@@ -15,7 +15,7 @@ LINK = re.compile(r"\]\([^)\s]*\)|<?https?://[^\s)>]+>?")  # nor are link target
 WORD = re.compile(r"\b[A-Z][A-Za-z0-9]*\b")
 # Capitalized words that are names, not terms: product, model and company names, a file name.
 NOT_TERMS = {
-    "A22B", "T2V", "V3", "Wan2", "XL",  # pieces of model names (Qwen3-235B-A22B, DeepSeek-V3, SDXL)
+    "A22B", "L6", "T2V", "V3", "Wan2", "XL",  # pieces of model names (Qwen3-235B-A22B, all-MiniLM-L6-v2)
     "B200", "H100", "L4", "M4", "RTX",  # chips and cards the catalog names
     "NVIDIA", "README", "US",  # a company, a file, "US English"
 }

@@ -89,3 +89,31 @@ def test_a_cutoff_one_step_late_fails(monkeypatch):
     monkeypatch.setattr(diffusion, "cfg_cutoff", late)
     broken = _off_formula(pipe)
     assert outcome("beyond", "cfg_counts_match", {"cfg_evals_off_formula": broken}).held is False
+
+
+def _batch_vs_single() -> float:
+    """The notebook's figure, on every fifth shipped prompt (short and long ones): one padded batch against
+    one text at a time."""
+    import torch
+
+    from labkit.llm import embedding
+    from labkit.models import load_embedder
+    from labkit.serving.loadgen import load_prompts
+
+    encoder, tok = load_embedder()
+    docs = [item["prompt"] for item in load_prompts("mixed")][::5]
+    single = torch.cat([embedding.embed(encoder, tok, [d]) for d in docs])
+    return (embedding.embed(encoder, tok, docs) - single).abs().max().item()
+
+
+def test_pooling_over_the_padding_fails(monkeypatch):
+    from labkit.llm import embedding
+
+    assert outcome("beyond", "embedding_batch_matches_single",
+                   {"embedding_batch_vs_single_max_diff": _batch_vs_single()}).held is True
+    # every position of the batch counts, padding included
+    pool_all = ("m = mask.unsqueeze(-1)", "m = torch.ones_like(mask).unsqueeze(-1)")
+    monkeypatch.setattr(embedding, "mean_pool", mutated(embedding.mean_pool, pool_all))
+    broken = _batch_vs_single()
+    assert outcome("beyond", "embedding_batch_matches_single",
+                   {"embedding_batch_vs_single_max_diff": broken}).held is False

@@ -9,7 +9,7 @@ compute-bound denoising, the CFG cutoff's saving and its cost in quality, what g
 batched guided call (``tests/test_diffusion.py``), the RTF arithmetic (``tests/test_asr.py``), the SDXL
 and Whisper shapes (``tests/test_denoiser.py``, ``tests/test_asr.py``), the TTS ceilings
 (``tests/test_multimodal.py``), the WebSocket protocol (``tests/test_asr_stream.py``) and the video
-arithmetic (``tests/test_video.py``).
+arithmetic (``tests/test_video.py``); the embedder's loading and pooling (``tests/test_embedding.py``).
 """
 
 from __future__ import annotations
@@ -69,3 +69,17 @@ def digits_judge(v: Values) -> tuple[bool, str]:
 def cfg_counts_match(v: Values) -> tuple[bool, str]:
     x = v["cfg_evals_off_formula"]
     return x == 0, f"counted evaluations differ from the formula by up to {x:g} per image"
+
+
+@check("beyond", "the embedding code pools each text over its own tokens: the 30 shipped prompts embedded "
+       "as one padded batch give the vectors they get one at a time (largest difference under 1e-4)",
+       needs=("embedding_batch_vs_single_max_diff",), broken=BROKEN + "test_pooling_over_the_padding_fails",
+       # mean pooling over every position of the batch, padding included (what the broken test measures):
+       # a short text's vector then depends on the longest text it was batched with
+       fails_on={"embedding_batch_vs_single_max_diff": 0.05},
+       holds_on={"embedding_batch_vs_single_max_diff": 1e-6})
+def embedding_batch_matches_single(v: Values) -> tuple[bool, str]:
+    x = v["embedding_batch_vs_single_max_diff"]
+    # fp32 with other matrix shapes moves a unit vector's entries by ~1e-7; a pool that counts the
+    # padding moves a short text's by hundredths
+    return x < 1e-4, f"largest difference between batched and one-at-a-time vectors {x:.1e}"

@@ -95,7 +95,7 @@ def keep(page: Mapping[str, Any]) -> None:
     record("beyond", "digits_judge_accuracy",
            digits.accuracy((x_real[held, None] + 1) / 2, y_real[held], digits.load_classifier()), "fraction",
            f"the chapter's digit judge on the {held.size} real digits its training held out")
-    claim_x, ids, passes, tts_params, vec = take(page, "claim_x ids passes tts_params vec")
+    claim_x, enc_tokens, passes, tts_params, vec = take(page, "claim_x enc_tokens passes tts_params vec")
     mps_ok, mps_said = asr.ctranslate2_supports("mps")
     ceilings = {r["accelerator"]: r["bf16"] for r in multimodal.tts_rows(ACCELERATORS, tts_params, ("bf16",))}
     from diffusers import StableDiffusionXLPipeline  # heavy: only where the chapter has loaded it already
@@ -111,8 +111,15 @@ def keep(page: Mapping[str, Any]) -> None:
         record("beyond", key, ceilings[name], "tokens/s",
                f"computed: {tts_params / 1e9:.1f} B in bf16, bandwidth ÷ weight bytes")
     record("beyond", "embedding_forward_passes", len(passes), "forward pass(es)",
-           f"{p.llm} as a last-token embedder ({vec.numel()} values), one text")
-    record("beyond", "embedding_text_tokens", ids["input_ids"].shape[1], "tokens", "the embedded text")
+           f"all-MiniLM-L6-v2 embedding one text ({vec.numel()} values)")
+    record("beyond", "embedding_text_tokens", enc_tokens, "tokens", "the embedded text")
+    docs, emb_diff, emb_s, plans = take(page, "docs emb_diff emb_s plans")
+    record("beyond", "embedding_batch_vs_single_max_diff", emb_diff, "",
+           f"{len(docs)} prompts, one padded batch vs one at a time, unit vectors")
+    for name in plans:
+        key = f"embedding_texts_per_s_{name.replace(' ', '_')}"
+        record("beyond", key, len(docs) / emb_s[name], "texts/s",
+               f"all-MiniLM-L6-v2, {len(docs)} prompts, {name}, median of 2 alternating rounds")
 
     # Going further: streaming over a WebSocket
     best, ws, ws_text = take(page, "best ws ws_text")

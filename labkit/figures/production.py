@@ -161,6 +161,18 @@ def keep(page: Mapping[str, Any]) -> None:
                max(v["lo"] for v in day_step.values()), max(v["hi"] for v in day_step.values()),
                len(DAY_SEEDS)))
 
+    # Which replica: round-robin, least-loaded or prefix-aware (simulated)
+    lb_runs = take(page, "lb_runs")[0]
+    for policy, runs in lb_runs.items():
+        key = policy.replace("-", "_")
+        record("production", f"lb_{key}_hit_rate", float(np.median([r.hit_rate for r in runs])), "fraction",
+               f"{policy} routing: requests whose prefix was cached where they ran, median of {len(runs)} "
+               "seeds "
+               "(simulated, assumed workload)")
+        record("production", f"lb_{key}_ttft_p99_s", float(np.median([r.ttft_p99_s for r in runs])), "s",
+               f"{policy} routing: P99 TTFT, median of {len(runs)} seeds (simulated, measured costs)",
+               spread=(min(r.ttft_p99_s for r in runs), max(r.ttft_p99_s for r in runs), len(runs)))
+
     # A burst, over twenty seeds
     hurt, int4_cut, warm_cut = take(page, "hurt int4_cut warm_cut")
     for k, v, name in (("warm_pool", warm_cut, "manifest + warm pool of 1"),

@@ -107,7 +107,7 @@ unit-slow: setup $(SERVE_DEP)
 	$(BIN)/pytest -q -m slow tests
 
 notebooks: setup $(SERVE_DEP)
-	$(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
+	$(BIN)/pytest -q --nbmake --nbmake-timeout=1200 --durations=0 notebooks/
 
 test: setup lint unit unit-slow notebooks
 
@@ -133,7 +133,7 @@ AVX2_ENV := MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU
 test-avx2: setup $(SERVE_DEP)
 	$(AVX2_ENV) $(BIN)/python -c "from labkit.hardware.capability import capability, format_capability as f; \
 	c = capability('cpu'); print(f(c)); assert c.isa == 'AVX2' and c.dtype == 'float32', 'AVX2 emulation did not take effect'"
-	$(AVX2_ENV) $(BIN)/pytest -q --nbmake --nbmake-timeout=1200 notebooks/
+	$(AVX2_ENV) $(BIN)/pytest -q --nbmake --nbmake-timeout=1200 --durations=0 notebooks/
 
 # The CUDA paths, on a machine with an NVIDIA GPU: runs from a plain checkout with the Python that has
 # CUDA torch (GPU_PYTHON; default: this lab's venv if it exists, else python3). Needs no network.

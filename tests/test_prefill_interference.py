@@ -1,0 +1,35 @@
+"""A long prompt's prefill against running answers (labkit.experiments.prefill_interference, chapter 05):
+the gap arithmetic on made-up records; the measurement itself runs in the chapter."""
+
+import pytest
+
+from labkit.experiments.prefill_interference import Interference, gaps_around
+from labkit.serving.records import RequestRecord
+
+
+def _stream(times, t_sent=100.0):
+    return RequestRecord(status="ok", t_sent=t_sent, chunks=[(t, 1) for t in times])
+
+
+def test_the_stall_is_the_longest_gap_over_the_prefill_and_the_itl_the_median_of_the_rest():
+    # tokens every 0.1 s, then one 1.0 s gap while the long prompt prefilled (101.0 to 101.9)
+    a = _stream([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.9, 2.0, 2.1])
+    b = _stream([0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95, 1.5, 1.95, 2.05])
+    stall, itl = gaps_around([a, b], start=101.0, end=101.9)
+    assert stall == pytest.approx(1.0)
+    assert itl == pytest.approx(0.1)
+
+
+def test_an_answer_that_ended_before_the_prefill_did_is_refused():
+    with pytest.raises(ValueError, match="ended before"):
+        gaps_around([_stream([0.1, 0.2, 0.3])], start=100.25, end=100.5)
+
+
+def test_a_prefill_between_no_tokens_is_refused():
+    with pytest.raises(ValueError, match="straddled"):
+        gaps_around([_stream([5.0, 5.1, 5.2])], start=100.2, end=100.5)  # it began after the prefill
+
+
+def test_medians_over_rounds():
+    r = Interference(64, stall_s=[0.3, 0.1, 0.2], itl_s=[0.05, 0.06, 0.07], long_ttft_s=[1.0, 2.0, 3.0])
+    assert (r.median("stall_s"), r.median("itl_s"), r.median("long_ttft_s")) == (0.2, 0.06, 2.0)

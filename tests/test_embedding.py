@@ -20,9 +20,10 @@ def test_loads_the_checked_weights_as_a_6_layer_encoder(encoder):
 
 
 def test_unit_vectors_that_put_a_paraphrase_nearer_than_an_unrelated_text(encoder):
-    v = embedding.embed(*encoder, ["How can I make my model answer faster?",
-                                   "Ways to cut a language model's response time",
-                                   "The recipe needs two eggs and a cup of flour."])
+    model, tok = encoder
+    v = embedding.embed(model, tok, ["How can I make my model answer faster?",
+                                     "Ways to cut a language model's response time",
+                                     "The recipe needs two eggs and a cup of flour."])
     assert v.shape == (3, 384)
     assert torch.allclose(v.norm(dim=-1), torch.ones(3), atol=1e-5)
     assert v[0] @ v[1] > v[0] @ v[2] + 0.2
@@ -52,9 +53,10 @@ def test_batches_by_length_and_the_positions_they_compute(encoder):
 
 
 def test_bad_input_says_what_to_pass(encoder):
+    model, tok = encoder
     with pytest.raises(ValueError, match="non-empty"):
-        embedding.embed(*encoder, [])
+        embedding.embed(model, tok, [])
     with pytest.raises(ValueError, match="non-empty"):
-        embedding.embed(*encoder, ["ok", ""])
+        embedding.embed(model, tok, ["ok", ""])
     with pytest.raises(ValueError, match="at least one"):
         embedding.by_length(["a"], encoder[1], 0)

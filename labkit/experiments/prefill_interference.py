@@ -47,7 +47,8 @@ def gaps_around(streams: Sequence[RequestRecord], start: float, end: float) -> t
     """``(stall, itl)``: the longest gap between consecutive tokens of ``streams`` that overlaps
     ``[start, end]`` (``perf_counter`` seconds), and the median gap that does not. ``ValueError`` when
     no answer was still streaming after ``end`` (its stall would not show)."""
-    inside, outside = [], []
+    inside: list[float] = []
+    outside: list[float] = []
     for rec in streams:
         times = [rec.t_sent + t for t, _ in rec.chunks]
         if len(times) < 2 or times[-1] <= end:

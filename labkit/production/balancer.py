@@ -94,23 +94,24 @@ def simulate(work: list[Request], policy: str, replicas: int, slots: int, cache_
     env = simpy.Environment()
     servers = [simpy.Resource(env, capacity=slots) for _ in range(replicas)]
     caches: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(replicas)]
-    load = [0] * replicas                       # running + queued, as the router sees it
     served = [0] * replicas
     turn = itertools.cycle(range(replicas))
     ttft, e2e, hits = [], [], []
 
+    def load(i: int) -> int:                   # running + queued, as the router sees it
+        return servers[i].count + len(servers[i].queue)
+
     def pick(r: Request) -> int:
         if policy == "round-robin":
             return next(turn)
-        least = min(range(replicas), key=load.__getitem__)
+        least = min(range(replicas), key=load)
         if policy == "least-loaded":
             return least
         holders = [i for i in range(replicas) if r.group in caches[i]]
-        best = min(holders, key=load.__getitem__, default=None)
-        return best if best is not None and load[best] < load[least] + slots else least
+        best = min(holders, key=load, default=None)
+        return best if best is not None and load(best) < load(least) + slots else least
 
     def serve(r: Request, i: int) -> Generator[Any, Any, None]:
-        load[i] += 1
         with servers[i].request() as slot:
             yield slot
             hit = r.group in caches[i]
@@ -126,7 +127,6 @@ def simulate(work: list[Request], policy: str, replicas: int, slots: int, cache_
                     caches[i].popitem(last=False)   # least recently used
             yield env.timeout(r.answer_tokens * decode_s_per_token)
         e2e.append(env.now - r.t_s)
-        load[i] -= 1
 
     def arrive() -> Generator[Any, Any, None]:
         for r in sorted(work, key=lambda r: r.t_s):

@@ -64,12 +64,17 @@ def embed(model: Any, tok: Any, texts: Sequence[str], max_tokens: int = MAX_TOKE
     return F.normalize(mean_pool(hidden, batch["attention_mask"]), dim=-1)
 
 
+def token_counts(texts: Sequence[str], tok: Any, max_tokens: int = MAX_TOKENS) -> list[int]:
+    """Tokens the encoder sees of each text (special tokens included, truncated at ``max_tokens``)."""
+    return [min(len(tok(t)["input_ids"]), max_tokens) for t in texts]
+
+
 def by_length(texts: Sequence[str], tok: Any, size: int, max_tokens: int = MAX_TOKENS) -> list[list[int]]:
     """Indices of ``texts`` in batches of at most ``size``, shortest first, so each batch pads only to
     texts of about its own length (what a server does with a queue of embedding requests)."""
     if size < 1:
         raise ValueError(f"size={size}: a batch holds at least one text")
-    n = [min(len(tok(t)["input_ids"]), max_tokens) for t in texts]
+    n = token_counts(texts, tok, max_tokens)
     order = sorted(range(len(texts)), key=n.__getitem__)
     return [order[i:i + size] for i in range(0, len(order), size)]
 
@@ -78,5 +83,5 @@ def padded_tokens(texts: Sequence[str], tok: Any, batches: Sequence[Sequence[int
                   max_tokens: int = MAX_TOKENS) -> dict[str, int]:
     """Token positions the encoder computes for ``texts`` sent as ``batches`` (lists of indices):
     ``real`` (the texts' own tokens) and ``computed`` (each batch's size x its longest text)."""
-    n = [min(len(tok(t)["input_ids"]), max_tokens) for t in texts]
+    n = token_counts(texts, tok, max_tokens)
     return {"real": sum(n), "computed": sum(len(b) * max(n[i] for i in b) for b in batches)}

@@ -81,9 +81,11 @@ def keep(page: Mapping[str, Any]) -> None:
            f"{prof.llm}: labkit.llm.architecture.param_count")
     record("concepts", "params_from_tensors", from_tensors, "parameters",
            f"{prof.llm}: the loaded model's tensors")
-    call_ms, classic_ms, token_ms = take(page, "call_ms classic_ms token_ms")
+    call_iv, call_ms, classic_ms, slower, token_ms = take(page, "call_iv call_ms classic_ms slower token_ms")
+    iv = call_iv[slower]
     record("concepts", "classic_predict_ms_max", classic_ms, "ms",
            "one prediction, the slower of " + " and ".join(k for k in call_ms if k != "token")
-           + f" (digits), median of 20, {device}")
+           + f" (digits), median of {iv['n']} with its interval, {device}",
+           spread=(iv["lo"], iv["hi"], int(iv["n"])))
     record("concepts", "llm_token_over_classic", token_ms / classic_ms, "x",
            f"{prof.llm}'s one-token forward pass over the slower prediction, same rounds")

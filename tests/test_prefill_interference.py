@@ -1,5 +1,6 @@
 """A long prompt's prefill against running answers (labkit.experiments.prefill_interference, chapter 05):
-the gap arithmetic on made-up records; the measurement itself runs in the chapter."""
+the gap arithmetic on made-up records and each engine's server flags; the measurement itself runs in
+the chapter (llama.cpp) and in benchmarks/chunked_prefill.py (either engine)."""
 
 import pytest
 
@@ -33,3 +34,25 @@ def test_a_prefill_between_no_tokens_is_refused():
 def test_medians_over_rounds():
     r = Interference(64, stall_s=[0.3, 0.1, 0.2], itl_s=[0.05, 0.06, 0.07], long_ttft_s=[1.0, 2.0, 3.0])
     assert (r.median("stall_s"), r.median("itl_s"), r.median("long_ttft_s")) == (0.2, 0.06, 2.0)
+
+
+def test_each_engine_gets_its_own_budget_flag_and_no_prompt_cache(monkeypatch):
+    from labkit.experiments import prefill_interference as pi
+
+    seen: dict[str, dict] = {}
+    monkeypatch.setattr(pi.vllm, "start_vllm", lambda **kw: seen.setdefault("vllm", kw))
+    monkeypatch.setattr(pi.llamacpp, "start_llamacpp", lambda **kw: seen.setdefault("llamacpp", kw))
+    pi.start("vllm", 64, streams=4, threads=1)
+    pi.start("llamacpp", 64, streams=4, threads=1)
+    assert seen["vllm"]["extra"] == ["--max-num-batched-tokens", "64", "--no-enable-prefix-caching"]
+    assert seen["llamacpp"]["extra"] == ["-b", "64", "-ub", "64"] and seen["llamacpp"]["parallel"] == 5
+    assert pi.NO_CACHE["llamacpp"] == {"cache_prompt": False}  # llama-server's prompt cache is per request
+
+
+def test_an_unknown_engine_is_refused_before_anything_starts():
+    from labkit.experiments import prefill_interference as pi
+
+    with pytest.raises(ValueError, match="choose llamacpp or vllm"):
+        pi.measure("a long prompt", engine="sglang")
+    with pytest.raises(ValueError, match="choose llamacpp or vllm"):
+        pi.start("sglang", 64, streams=4)

@@ -1,11 +1,13 @@
 """A long prompt arrives while answers stream: what its prefill does to them, with and without chunked
-prefill (chapter 05, "Going further: a long prompt arrives"). Times in seconds.
+prefill (chapter 05, "Going further: a long prompt arrives"; ``benchmarks/chunked_prefill.py``). Times
+in seconds.
 
-llama-server builds each step's batch from one token of every running answer plus as many waiting
-prompt tokens as fit under ``-b`` (its batch size): with a batch larger than the prompt, the whole
-prefill runs in one step and every running answer waits for it; with a small batch the prompt goes in
-chunks, one per step, between the answers' tokens (vLLM's ``--max-num-batched-tokens`` sets the same
-budget). :func:`measure` starts one server per batch size, then, round after round with the servers in
+An engine builds each step's batch from one token of every running answer plus as many waiting prompt
+tokens as fit under its per-step budget: llama-server's ``-b`` (batch size), vLLM's
+``--max-num-batched-tokens`` (its V1 scheduler always chunks a prompt longer than that). With a budget
+larger than the prompt, the whole prefill runs in one step and every running answer waits for it; with
+a small budget the prompt goes in chunks, one per step, between the answers' tokens. :func:`measure`
+starts one server of the chosen engine per budget, then, round after round with the servers in
 alternating order, opens ``streams`` answers, sends the long prompt once they are decoding, and reads
 every token's arrival: the longest gap a running answer saw while the prompt prefilled (the *stall*),
 the answers' usual inter-token gap outside that window, and the long prompt's own TTFT.
@@ -20,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engines import llamacpp, process
+from ..engines import llamacpp, process, vllm
+from ..engines.server import ENGINES
 from ..serving.openai_api import openai_backend
 from ..serving.records import RequestRecord
 from ..serving.streaming import run_sync
@@ -28,9 +31,10 @@ from ..serving.streaming import run_sync
 
 @dataclass
 class Interference:
-    """One batch size's rounds: ``stall_s`` (per round, the longest gap between two tokens of a running
-    answer that overlapped the long prompt's prefill), ``itl_s`` (per round, the median gap outside it),
-    ``long_ttft_s`` (per round, the long prompt's time to first token) and its ``long_tokens``."""
+    """One per-step prompt budget's rounds (``batch``, in tokens): ``stall_s`` (per round, the longest gap
+    between two tokens of a running answer that overlapped the long prompt's prefill), ``itl_s`` (per
+    round, the median gap outside it), ``long_ttft_s`` (per round, the long prompt's time to first token)
+    and its ``long_tokens``."""
 
     batch: int
     stall_s: list[float] = field(default_factory=list)
@@ -61,10 +65,9 @@ def gaps_around(streams: Sequence[RequestRecord], start: float, end: float) -> t
     return max(inside), float(np.median(outside))
 
 
-async def _round(url: str, model: str, short: str, long: str, streams: int, tokens: int,
-                 after_s: float) -> tuple[list[RequestRecord], RequestRecord]:
-    # cache_prompt off: a round must prefill the long prompt again, not reuse the last round's KV cache
-    backend = openai_backend(url, model, ignore_eos=True, extra_body={"cache_prompt": False})
+async def _round(url: str, model: str, short: str, long: str, streams: int, tokens: int, after_s: float,
+                 extra_body: dict[str, object] | None) -> tuple[list[RequestRecord], RequestRecord]:
+    backend = openai_backend(url, model, ignore_eos=True, extra_body=extra_body)
     async with backend.session() as s:
         running = [asyncio.create_task(backend.send(s, short, tokens)) for _ in range(streams)]
         await asyncio.sleep(after_s)
@@ -72,17 +75,36 @@ async def _round(url: str, model: str, short: str, long: str, streams: int, toke
         return list(await asyncio.gather(*running)), arrival
 
 
+def start(engine: str, budget: int, streams: int, threads: int | None = None) -> process.Server:
+    """One server of ``engine`` (``llamacpp`` or ``vllm``) whose steps take at most ``budget`` prompt
+    tokens, room for ``streams`` answers and the long prompt, and no prompt cache to reuse (vLLM:
+    ``--no-enable-prefix-caching``; llama-server: each request says ``cache_prompt: false``, see
+    :data:`NO_CACHE`), so that every round prefills the long prompt anew."""
+    if engine == "llamacpp":
+        return llamacpp.start_llamacpp(threads=threads, parallel=streams + 1, ctx_per_slot=2048,
+                                       extra=["-b", str(budget), "-ub", str(budget)])
+    if engine == "vllm":
+        return vllm.start_vllm(threads=threads, extra=["--max-num-batched-tokens", str(budget),
+                                                       "--no-enable-prefix-caching"])
+    raise ValueError(f"engine={engine!r}: choose llamacpp or vllm")
+
+
+NO_CACHE: dict[str, dict[str, object] | None] = {"llamacpp": {"cache_prompt": False}, "vllm": None}
+
+
 def measure(long: str, batches: Sequence[int] = (2048, 64), rounds: int = 2, streams: int = 4,
             tokens: int = 64, after_s: float = 1.0, short: str = "Tell me a long story.",
-            threads: int | None = None) -> dict[int, Interference]:
-    """For each batch size in ``batches`` (llama-server's ``-b`` and ``-ub``), ``rounds`` rounds of:
-    ``streams`` answers of ``tokens`` tokens each to ``short`` (``ignore_eos``), and ``after_s`` later
-    one request with the prompt ``long`` (one token asked); no request reuses a cached prompt
-    (llama-server's ``cache_prompt`` off). Servers alternate round by round.
-    ``RuntimeError`` where llama.cpp is not built; ``ValueError`` from :func:`gaps_around` when a round
-    could not see the stall."""
-    if not llamacpp.llamacpp_available():
-        raise RuntimeError(llamacpp.unavailable_reason())
+            threads: int | None = None, engine: str = "llamacpp") -> dict[int, Interference]:
+    """For each per-step prompt budget in ``batches`` (llama-server's ``-b`` and ``-ub``, or vLLM's
+    ``--max-num-batched-tokens`` with ``engine="vllm"``), ``rounds`` rounds of: ``streams`` answers of
+    ``tokens`` tokens each to ``short`` (``ignore_eos``), and ``after_s`` later one request with the
+    prompt ``long`` (one token asked); no request reuses a cached prompt (:func:`start`). Servers
+    alternate round by round. ``RuntimeError`` saying what to do where the engine cannot run here;
+    ``ValueError`` from :func:`gaps_around` when a round could not see the stall."""
+    if engine not in NO_CACHE:
+        raise ValueError(f"engine={engine!r}: choose llamacpp or vllm")
+    if not ENGINES[engine].available():
+        raise RuntimeError(f"{ENGINES[engine].name} cannot run here: {ENGINES[engine].why_not()}")
     if rounds < 1 or streams < 1 or not batches:
         raise ValueError(f"need rounds >= 1, streams >= 1 and a batch size; got {rounds}, {streams}, "
                          f"{batches}")
@@ -90,17 +112,17 @@ def measure(long: str, batches: Sequence[int] = (2048, 64), rounds: int = 2, str
     with contextlib.ExitStack() as stack:
         servers = {}
         for b in batches:
-            srv = llamacpp.start_llamacpp(threads=threads, parallel=streams + 1, ctx_per_slot=2048,
-                                          extra=["-b", str(b), "-ub", str(b)])
+            srv = start(engine, b, streams, threads)
             stack.callback(process.stop, srv)
             servers[b] = srv
         for r in range(rounds):
             for b in (batches if r % 2 == 0 else list(reversed(batches))):
                 running, arrival = run_sync(_round(servers[b].url, servers[b].model, short, long,
-                                                   streams, tokens, after_s))
+                                                   streams, tokens, after_s, NO_CACHE[engine]))
                 failed = [str(x.error) for x in [arrival, *running] if x.status != "ok"]
                 if failed:
-                    raise RuntimeError(f"a request failed on the -b {b} server: " + "; ".join(failed))
+                    raise RuntimeError(f"a request failed on the {engine} server with budget {b}: "
+                                       + "; ".join(failed))
                 ttft = arrival.chunks[0][0]
                 stall, itl = gaps_around(running, arrival.t_sent, arrival.t_sent + ttft)
                 out[b].stall_s.append(stall)

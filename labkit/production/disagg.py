@@ -69,6 +69,16 @@ def _least_loaded(engines: Sequence[_Engine]) -> _Engine:
     return min(engines, key=lambda e: e.held)
 
 
+def _tokens_out(e: _Engine, running: dict[int, int], now: float, times: list[list[float]]) -> None:
+    """A decode step ended at ``now``: every answer in ``running`` gets a token; finished ones leave."""
+    for r in list(running):
+        times[r].append(now)
+        running[r] -= 1
+        if running[r] == 0:
+            del running[r]
+            e.held -= 1
+
+
 def _colocated(env: simpy.Environment, e: _Engine, cost: StepCost, lay: Layout,
                times: list[list[float]]) -> Generator[Any, Any, None]:
     prefilling: list[list[int]] = []  # [request, prompt tokens left, output tokens]
@@ -89,12 +99,7 @@ def _colocated(env: simpy.Environment, e: _Engine, cost: StepCost, lay: Layout,
         step = chunk * cost.prefill_s_per_token + (cost.decode_step_s(len(running)) if running else 0.0)
         yield env.timeout(step)
         e.busy_s += step
-        for r in list(running):
-            times[r].append(env.now)
-            running[r] -= 1
-            if running[r] == 0:
-                del running[r]
-                e.held -= 1
+        _tokens_out(e, running, env.now, times)
         for p in done:
             prefilling.remove(p)
             times[p[0]].append(env.now)  # the first token comes with the step that ends the prompt
@@ -137,12 +142,7 @@ def _decode(env: simpy.Environment, e: _Engine, cost: StepCost, lay: Layout,
         step = cost.decode_step_s(len(running))
         yield env.timeout(step)
         e.busy_s += step
-        for r in list(running):
-            times[r].append(env.now)
-            running[r] -= 1
-            if running[r] == 0:
-                del running[r]
-                e.held -= 1
+        _tokens_out(e, running, env.now, times)
 
 
 def simulate(requests: Sequence[dict[str, Any]], cost: StepCost, layout: Layout

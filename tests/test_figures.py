@@ -68,6 +68,7 @@ def test_keep_partial_records_the_sections_before_the_page_stops(tmp_path, monke
     assert "recorded up to where the page stops" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # starts a Jupyter kernel (about 4 s)
 def test_a_failed_chapter_run_keeps_the_figures_of_the_cells_that_ran(tmp_path, monkeypatch):
     """run_chapter: a cell fails, the cells above it measured something: keep_partial records it."""
     from labkit import chapters, results

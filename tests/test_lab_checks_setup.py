@@ -19,20 +19,23 @@ from labkit.llm.memory import safetensors_params
 # dtype's best matmul over the fastest dtype's, with the real chooser or one that picks bf16 for its
 # half bytes whatever the hardware does.
 DTYPE_RUN = """
-import json, sys
+import json
 from labkit.hardware import capability as cap, microbench
-if sys.argv[1] == "broken":
-    cap.choose_dtype = lambda device, *a, **k: ("bfloat16", "half the bytes of fp32")
-chosen = cap.capability("cpu").dtype
 mm = {d: microbench.matmul_tflops("cpu", d, n=256, repeats=3)["tflops_best"]
       for d in microbench.matmul_dtypes("cpu")}
-print(json.dumps({"chosen": chosen, "compute_dtype_over_fastest": mm[chosen] / max(mm.values())}))
+real = cap.capability("cpu").dtype
+cap.choose_dtype = lambda device, *a, **k: ("bfloat16", "half the bytes of fp32")
+cap.capability.cache_clear()
+broken = cap.capability("cpu").dtype
+print(json.dumps({kind: {"chosen": d, "compute_dtype_over_fastest": mm[d] / max(mm.values())}
+                  for kind, d in (("real", real), ("broken", broken))}))
 """
 
 
-def _dtype_figure(kind: str) -> dict:
+def _dtype_figures() -> dict:
+    """The figure for the real chooser and the broken one, from one process (one torch import)."""
     env = os.environ | {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", DTYPE_RUN, kind], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", DTYPE_RUN], env=env, capture_output=True, text=True,
                          timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -40,7 +43,8 @@ def _dtype_figure(kind: str) -> dict:
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                     reason="the AVX2 cap (ONEDNN_MAX_CPU_ISA) emulates an AVX2-only CPU on x86 only")
 def test_dtype_chosen_for_its_bytes_alone_fails():
-    broken, real = _dtype_figure("broken"), _dtype_figure("real")
+    figures = _dtype_figures()
+    broken, real = figures["broken"], figures["real"]
     assert broken["chosen"] == "bfloat16" and real["chosen"] == "float32"
     assert outcome("setup", "compute_dtype_fastest", broken).held is False
     assert outcome("setup", "compute_dtype_fastest", real).held is True

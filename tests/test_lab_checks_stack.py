@@ -3,6 +3,7 @@ small mutated version of the chapter's code path, computes the figure the notebo
 way the notebook does, and sees the check fail; the real code path, run the same way, holds."""
 
 import numpy as np
+import pytest
 import torch
 
 from labkit.checks import outcome
@@ -59,6 +60,7 @@ def test_a_stale_pickle_copy_fails(tmp_path):
     assert outcome("stack", "pickle_copy_same", {"pickle_copy_same_tensors": right}).held is True
 
 
+@pytest.mark.slow  # reads the bundled GGUF and safetensors files (about 5 s)
 def test_a_copy_rounded_through_bfloat16_fails():
     import gguf
     from safetensors import safe_open

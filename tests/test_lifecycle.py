@@ -80,7 +80,7 @@ with ThreadPoolExecutor(1) as pool:  # the starting thread ends when the pool sh
     box = {}
     pool.submit(lambda: box.update(g=_start())).result()
 server_port, server_pid = box["g"]
-time.sleep(2)  # the worker thread is gone: the server must still answer
+time.sleep(0.5)  # the worker thread is gone (the pool joined it): the server must still answer
 import socket
 with socket.socket() as s:
     assert s.connect_ex(("127.0.0.1", server_port)) == 0, "the server died with its starting thread"

@@ -121,6 +121,7 @@ def test_bundled_tokenizer_counts_the_tutorials_examples():
     assert len(tok) == 49152
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_forward_flops_are_two_per_parameter_per_token():
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -144,6 +145,7 @@ def test_gguf_formats_predict_the_files_tensor_bytes():
     assert models.gguf_path().stat().st_size >= gg["bytes"]
 
 
+@pytest.mark.slow  # reads the bundled GGUF and safetensors files (about 5 s)
 def test_gguf_q4_1_tensor_dequantizes_to_the_safetensors_copy_made_from_it():
     import gguf
     import numpy as np

@@ -48,6 +48,7 @@ def _consistent(st, n):
     assert st.new_tokens == st.accepted + st.target_passes  # each pass emits its accepted drafts + 1
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_plain_path_matches_generate(llm, greedy_ref):
     ids, ref = greedy_ref
     n = NEW // 2
@@ -56,6 +57,7 @@ def test_plain_path_matches_generate(llm, greedy_ref):
     assert st.target_passes == n and st.drafted == 0 and st.tokens_per_pass == 1.0
 
 
+@pytest.mark.slow  # loads the bundled model
 @pytest.mark.parametrize("k", [2, 4, 7])
 def test_prompt_lookup_greedy_is_identical(llm, greedy_ref, k):
     ids, ref = greedy_ref
@@ -66,6 +68,7 @@ def test_prompt_lookup_greedy_is_identical(llm, greedy_ref, k):
     assert st.target_passes < NEW
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_shared_prefill_gives_the_same_runs_and_is_left_as_found(llm, greedy_ref):
     ids, ref = greedy_ref
     cache = prefill(llm[0], ids)
@@ -79,6 +82,7 @@ def test_shared_prefill_gives_the_same_runs_and_is_left_as_found(llm, greedy_ref
         speculative_generate(llm[0], ids + [ids[-1]], None, max_new_tokens=2, cache=cache)
 
 
+@pytest.mark.slow  # loads the bundled model
 @pytest.mark.parametrize("k", [2, 4])
 def test_early_exit_greedy_is_identical(llm, greedy_ref, k):
     model = llm[0]
@@ -91,6 +95,7 @@ def test_early_exit_greedy_is_identical(llm, greedy_ref, k):
     assert st.accepted > 0 and st.rejections > 0  # both the accept and the roll-back paths ran
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_early_exit_logits_match_transformers_hidden_states(llm):
     model, tok = llm
     layers = 5
@@ -109,11 +114,13 @@ def test_early_exit_logits_match_transformers_hidden_states(llm):
     assert torch.allclose(logits, ref, atol=1e-3)
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_early_exit_rejects_bad_layer_counts(llm):
     with pytest.raises(ValueError):
         EarlyExitDrafter(llm[0], llm[0].config.num_hidden_layers)
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_sampling_mode_runs_and_is_reproducible(llm):
     ids = chat_ids(llm[1], "Say hello hello hello hello.")
     runs = [speculative_generate(llm[0], ids, PromptLookupDrafter(), k=4, max_new_tokens=4, temperature=1.0,

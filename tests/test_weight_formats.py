@@ -126,6 +126,7 @@ def _summary_by_gguf_reader(path) -> dict:
             "metadata": {k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
 
 
+@pytest.mark.slow  # parses the bundled GGUF twice (about 4 s)
 def test_gguf_summary_from_the_header_matches_the_gguf_reader():
     from labkit.llm.gguf_bytes import gguf_bytes_per_token
     from labkit.models import gguf_path

@@ -1,7 +1,6 @@
 """The API-or-dedicated comparison in figures and sentences (labkit.production.cost_compare, chapter 08)."""
 
 import math
-from typing import Any
 
 import pytest
 
@@ -30,14 +29,6 @@ def test_api_over_dedicated_grows_with_traffic():
     assert low < 1 < high
     assert high == pytest.approx(cost.api_cost(1e5 * 100, 1e5 * 100, TIER) * cost.DAYS_PER_MONTH
                                  / cost.dedicated_cost(cost.HOURS_PER_MONTH, 1, GPU))
-
-
-def test_crossover_sentence_says_what_the_table_says():
-    prices: dict[str, dict[str, Any]] = {"cheap": {"output_per_mtok": 0.1}, "dear": {"output_per_mtok": 15}}
-    s = cost_compare.crossover_sentence("this machine", {"cheap": math.inf, "dear": 2668.5}, prices)
-    assert s == ("this machine costs less than dear ($15/1M out) above 2,668 requests/day, and never costs "
-                 "less than cheap ($0.1/1M out) at any traffic.")
-    assert "never" not in cost_compare.crossover_sentence("x", {"dear": 10.0}, prices)
 
 
 def test_roofline_prefill_is_two_flops_per_parameter_at_peak():

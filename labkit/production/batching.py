@@ -1,6 +1,6 @@
 """Static batching measured beside continuous batching, on real engines (chapter 08).
 
-The same requests (all queued at t=0, mixed output lengths) are served three ways:
+The same requests (all queued at t=0, mixed output lengths) are served two ways:
 
 * :func:`continuous` — vLLM's own scheduler behind its OpenAI API, driven by the load generator in a
   closed loop of ``batch`` requests in flight: a finished request's slot is refilled at the next step.
@@ -8,8 +8,6 @@ The same requests (all queued at t=0, mixed output lengths) are served three way
   the next group waits until every request of the previous one has finished: request-level (static)
   batching, as a gateway in front of the engine would impose it. Same engine, same kernels, only
   the batching policy differs.
-* :func:`hf_static` — transformers' batched ``generate``: one padded batch of ``batch`` prompts runs
-  until its longest output is done; every request returns when its batch ends.
 
 Each returns a :class:`BatchRun` (tokens/s, queued latency, the load generator's summary where a
 server ran). :func:`step_costs` turns small server runs
@@ -46,9 +44,7 @@ class BatchRun:
 
     ``output_throughput``: tokens/s counting only the tokens each request asked for; the queued
     latencies: milliseconds from the moment every request was queued to its last token;
-    ``duration_s``: the whole run; ``padded_tokens``: slots spent on tokens nobody asked for
-    (transformers' padded batches only); ``summary``: the load generator's figures and records
-    (server runs only)."""
+    ``duration_s``: the whole run; ``summary``: the load generator's figures and records."""
 
     policy: str
     batch: int
@@ -59,7 +55,6 @@ class BatchRun:
     total_output_tokens: int
     p50_queued_e2e_ms: float
     p99_queued_e2e_ms: float
-    padded_tokens: int | None = None
     summary: RunSummary | None = None
 
     @property
@@ -138,41 +133,6 @@ def _queued(policy: str, batch: int, s: RunSummary, t0: float) -> BatchRun:
                     duration_s=s.duration_s, output_throughput=s.output_throughput,
                     total_output_tokens=s.total_output_tokens,
                     p50_queued_e2e_ms=st["p50"] * 1000, p99_queued_e2e_ms=st["p99"] * 1000, summary=s)
-
-
-def hf_static(model: Any, tokenizer: Any, requests: Requests, batch: int) -> BatchRun:
-    """transformers' batched greedy ``generate`` on groups of ``batch`` prompts (chat template, left
-    padding), each group generating its longest ``max_tokens`` (EOS ignored, as in the server runs).
-    A request's latency is from the start (all queued) to its group's end. ``output_throughput``
-    counts each request's own ``max_tokens``; ``padded_tokens`` the slots spent on tokens nobody asked for."""
-    import torch
-
-    from ..hardware.machine import synchronize
-
-    tokenizer.padding_side = "left"
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ends, useful, padded = [], 0, 0
-    t0 = time.perf_counter()
-    for i in range(0, len(requests), batch):
-        group = list(requests[i:i + batch])
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
-                                               add_generation_prompt=True) for r in group]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-        longest = max(int(r["max_tokens"]) for r in group)
-        with torch.inference_mode():
-            model.generate(**enc, max_new_tokens=longest, min_new_tokens=longest, do_sample=False,
-                           pad_token_id=pad)
-        synchronize(str(model.device))
-        t = time.perf_counter() - t0
-        ends += [t] * len(group)
-        useful += sum(int(r["max_tokens"]) for r in group)
-        padded += sum(longest - int(r["max_tokens"]) for r in group)
-    duration = time.perf_counter() - t0
-    e2e = summary(ends)
-    return BatchRun(policy="static (transformers)", batch=batch, completed=len(ends), failed=0,
-                    duration_s=duration, output_throughput=useful / duration, total_output_tokens=useful,
-                    padded_tokens=padded,
-                    p50_queued_e2e_ms=e2e["p50"] * 1000, p99_queued_e2e_ms=e2e["p99"] * 1000)
 
 
 def step_costs(single: RunSummary | Sequence[RunSummary],
@@ -274,7 +234,7 @@ def _run_tokens(url: str, model: str, n: int, concurrency: int, max_tokens: int)
 
 def table_row(s: BatchRun, policy: str | None = None) -> dict[str, Any]:
     """One row of the chapter's batching table from a run of :func:`continuous`,
-    :func:`static_gate` or :func:`hf_static`: output tokens/s, P50/P99 queued latency (s), seconds."""
+    :func:`static_gate`: output tokens/s, P50/P99 queued latency (s), seconds."""
     return {"policy": policy or s.policy, "output_tok_s": s.output_throughput,
             "p50_e2e_s": s.p50_queued_e2e_ms / 1000, "p99_e2e_s": s.p99_queued_e2e_ms / 1000,
             "seconds": s.duration_s, "completed": s.completed}

@@ -17,8 +17,7 @@ The tutorial: "API pricing ($/million tokens) is simple to model. Dedicated GPU 
   there. Replicas are sized for the peak (mean x ``peak_to_mean``) at ``utilization_target`` and
   stay on all month, so at low traffic you pay for idle GPUs.
 * :func:`crossover`: the requests per day at which the dedicated fleet becomes cheaper;
-  :func:`plot_crossover` draws both bills against traffic; :func:`crossover_table` tabulates it
-  for several replicas against several API tiers.
+  :func:`crossover_table` tabulates it for several replicas against several API tiers.
 * :func:`roofline_curve`: a throughput curve computed instead of measured, for a GPU you do not
   have: each decode step reads the weights and every sequence's KV cache at the datasheet
   bandwidth, or does the datasheet FLOPs, whichever takes longer (an upper bound).
@@ -229,7 +228,7 @@ def crossover(input_tokens: float, output_tokens: float, tier: dict[str, Any], g
     replica, so the crossing itself lies on a flat step). Returns ``lo`` when dedicated is already
     cheaper there and ``math.inf`` when it never is within ``[lo, hi]`` (the API's $ per token is
     below what even a fully used replica costs per token). Just past a crossing, a new replica
-    can make the API cheaper again for a while; :func:`plot_crossover` shows those steps."""
+    can make the API cheaper again for a while."""
     if not 0 < _number(lo, "lo") < _number(hi, "hi"):
         raise ValueError(f"need 0 < lo < hi (requests/day), got lo={lo!r}, hi={hi!r}")
 
@@ -250,35 +249,6 @@ def crossover(input_tokens: float, output_tokens: float, tier: dict[str, Any], g
         m = 0.5 * (a + b)
         a, b = (a, m) if gap(m) >= 0 else (m, b)
     return b
-
-
-def plot_crossover(input_tokens: float, output_tokens: float, tier: dict[str, Any], gpu: dict[str, Any],
-                   throughput_curve: dict[int, float], lo: float = 10.0, hi: float = 1e7, points: int = 400,
-                   ax: Any = None, **kwargs: Any) -> Any:
-    """Monthly $ against requests/day on log-log axes: the API bill (a straight line) and the
-    dedicated bill (a step per replica), with the :func:`crossover` marked. Returns the ``Axes``."""
-    if ax is None:
-        import matplotlib.pyplot as plt
-
-        ax = plt.subplots(figsize=(6, 3.5))[1]
-    grid = np.geomspace(lo, hi, points)
-    rows = [monthly_costs(float(r), input_tokens, output_tokens, tier, gpu, throughput_curve, **kwargs)
-            for r in grid]
-    ax.plot(grid, [r["api_usd"] for r in rows], label=f"API: {tier.get('name', 'tier')}")
-    ax.step(grid, [r["dedicated_usd"] for r in rows], where="post",
-            label=f"dedicated: {gpu.get('name', 'GPU')} (replicas for the peak)")
-    x = crossover(input_tokens, output_tokens, tier, gpu, throughput_curve, lo=lo, hi=hi, **kwargs)
-    if math.isfinite(x):
-        y = monthly_costs(x, input_tokens, output_tokens, tier, gpu, throughput_curve, **kwargs)["api_usd"]
-        ax.axvline(x, color="grey", ls=":", lw=1)
-        ax.plot([x], [y], "ko", ms=4)
-        ax.annotate(f"crossover ≈ {x:,.0f} req/day", (x, y), textcoords="offset points", xytext=(6, -12),
-                    fontsize=8)
-    ax.set(xscale="log", yscale="log", xlabel="requests per day",
-           ylabel=f"$ per month ({DAYS_PER_MONTH} days)",
-           title=f"{input_tokens:g} in + {output_tokens:g} out tokens per request")
-    ax.legend(fontsize=8)
-    return ax
 
 
 def roofline_curve(config: dict[str, Any], gpu: Accelerator, batches: tuple[int, ...] = (1, 8, 32, 64),

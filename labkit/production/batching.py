@@ -55,12 +55,12 @@ class BatchRun:
     total_output_tokens: int
     p50_queued_e2e_ms: float
     p99_queued_e2e_ms: float
-    summary: RunSummary | None = None
+    summary: RunSummary
 
     @property
     def requests(self) -> tuple[RequestRecord, ...]:
-        """The run's request records (none for transformers' batches, which have no server)."""
-        return self.summary.requests if self.summary else ()
+        """The run's request records."""
+        return self.summary.requests
 
 
 @dataclass(frozen=True)

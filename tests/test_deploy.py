@@ -415,3 +415,72 @@ def test_flags_metric_and_route_exist_in_the_pinned_vllm_release():
         if flag != "--port":
             assert f'"{flag}"' in args, flag
     assert any('"/health"' in p.read_text() for p in (src / "entrypoints").rglob("*.py"))
+
+
+def _sweep_json(folder, levels):
+    """Summary files as `labkit bench -c ... --out folder` writes them.
+    ``levels``: concurrency -> (TTFT s, gap between tokens s, failed requests)."""
+    from dataclasses import replace
+
+    from labkit.serving.metrics import summarize
+    from labkit.serving.records import RequestRecord
+
+    folder.mkdir(exist_ok=True)
+    for c, (ttft, gap, failed) in levels.items():
+        recs = [RequestRecord(status="ok", t_sent=0.0, t_end=ttft + 9 * gap, output_tokens=10,
+                              chunks=[(ttft + i * gap, 1) for i in range(10)]) for _ in range(2 * c)]
+        recs += [RequestRecord(status="error", t_sent=0.0, t_end=1.0)] * failed
+        s = replace(summarize(recs), mode="closed", concurrency=c, label=f"c{c}")
+        (folder / f"c{c}.json").write_text(json.dumps(s.to_json(), default=float))
+    return folder
+
+
+def test_slo_running_target_takes_the_largest_level_that_meets_every_limit(tmp_path):
+    runs = deploy_cli.read_summaries(_sweep_json(tmp_path / "b", {
+        1: (0.10, 0.010, 0), 2: (0.12, 0.011, 0), 4: (0.15, 0.013, 0), 8: (0.30, 0.030, 0),
+        16: (0.9, 0.06, 0)}))
+    target, note = deploy_cli.slo_running_target(runs, slo_ttft_ms=200, slo_tpot_ms=20)
+    assert target == 3 and note.startswith("every level up to 4 in flight")
+    assert "(8 missed: P99 TTFT 300 ms > 200 ms; P99 TPOT 30 ms > 20 ms)" in note
+    assert deploy_cli.slo_running_target(runs, slo_tpot_ms=40)[0] == 6  # TPOT alone: 8 meets it
+    top, note = deploy_cli.slo_running_target(runs, slo_ttft_ms=5000)
+    assert top == 12 and "measure higher" in note  # the largest level measured: only a lower bound
+    capped = deploy_cli.slo_running_target(runs, slo_ttft_ms=5000, max_num_seqs=8)
+    assert capped[0] == 6 and "capped at --concurrency 8" in capped[1]  # never past the batch
+    with pytest.raises(ValueError, match="lowest measured concurrency misses"):
+        deploy_cli.slo_running_target(runs, slo_ttft_ms=50)
+    with pytest.raises(ValueError, match="at least one SLO limit"):
+        deploy_cli.slo_running_target(runs)
+
+
+def test_slo_running_target_never_counts_a_level_with_failed_requests(tmp_path):
+    runs = deploy_cli.read_summaries(_sweep_json(tmp_path / "b", {2: (0.1, 0.01, 0), 4: (0.1, 0.01, 1)}))
+    assert deploy_cli.slo_running_target(runs, slo_ttft_ms=1000)[0] == 2  # 4 is fast, but one request failed
+    lucky = _sweep_json(tmp_path / "l", {2: (0.1, 0.01, 0), 4: (0.9, 0.01, 0), 8: (0.1, 0.01, 0)})
+    assert deploy_cli.slo_running_target(deploy_cli.read_summaries(lucky), slo_ttft_ms=500)[0] == 2  # not 8
+    open_loop = [r | {"mode": "open"} for r in runs]
+    with pytest.raises(ValueError, match="no closed-loop run"):
+        deploy_cli.slo_running_target(open_loop, slo_ttft_ms=1000)
+    with pytest.raises(ValueError, match="no summary"):
+        deploy_cli.read_summaries(tmp_path / "empty")
+
+
+def test_deploy_cli_writes_the_derived_target_into_the_hpa_and_says_where_it_came_from(tmp_path, capsys):
+    bench = _sweep_json(tmp_path / "b", {4: (0.1, 0.01, 0), 8: (0.2, 0.015, 0),
+                                         16: (0.4, 0.05, 0)})
+    out = tmp_path / "k8s"
+    assert deploy_cli.main(["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--running-target-from", str(bench),
+                            "--slo-tpot-ms", "20", "--out", str(out)]) == 0
+    text = (out / "vllm.yaml").read_text()
+    hpa = _kinds(list(yaml.safe_load_all(text)))["HorizontalPodAutoscaler"]
+    running = [m for m in hpa["spec"]["metrics"] if m.get("pods", {}).get("metric", {}).get("name")
+               == k8s.ADAPTER_RUNNING]
+    assert running[0]["pods"]["target"]["averageValue"] == "6"  # 3/4 of 8, the last level within 20 ms
+    assert "--running-target 6" in text.splitlines()[1] and "up to 8 in flight" in text.splitlines()[2]
+    assert "up to 8 in flight" in capsys.readouterr().out
+    for bad in (["--running-target", "4"], []):  # both ways at once; no SLO limit
+        with pytest.raises(SystemExit):
+            deploy_cli.main(["--model", "Qwen/Qwen3-4B", "--running-target-from", str(bench), *bad,
+                             "--out", str(out)])
+    with pytest.raises(SystemExit):  # an SLO without a sweep to judge
+        deploy_cli.main(["--model", "Qwen/Qwen3-4B", "--slo-tpot-ms", "20", "--out", str(out)])

@@ -2,6 +2,11 @@
 file headed by the command that regenerates it; ``.json`` files (the dashboard) as they are.
 
     python -m labkit.production.deploy_cli --model Qwen/Qwen3-4B --config Qwen3-4B --gpu L4 --out deploy/k8s
+
+The autoscaler's running-requests target can come from a latency SLO instead of the 3/4 rule
+(:func:`slo_running_target`): measure one replica of the serving hardware with a closed-loop sweep
+(``labkit bench --base-url URL -c 1 2 4 8 16 --out DIR``, chapter 02) and pass
+``--running-target-from DIR --slo-ttft-ms ... --slo-tpot-ms ...``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ from ..hardware.catalog import ACCELERATORS
 from ..llm.architecture import SHIPPED, load_config
 from . import routing
 from .deploy import VLLM_IMAGE, bundle, to_yaml
-from .k8s import GATEWAY_NAMESPACE, NAMESPACE, PROMETHEUS_URL, SHUTDOWN_TIMEOUT_S, revision_for
+from .k8s import (
+    GATEWAY_NAMESPACE,
+    NAMESPACE,
+    PROMETHEUS_URL,
+    SHUTDOWN_TIMEOUT_S,
+    default_running_target,
+    revision_for,
+)
 
 
 def write(out_dir: str | Path, model_id: str, config: dict[str, Any], prometheus_url: str = PROMETHEUS_URL,
@@ -33,6 +45,60 @@ def write(out_dir: str | Path, model_id: str, config: dict[str, Any], prometheus
         path.write_text(text)
         paths.append(path)
     return paths
+
+
+def slo_running_target(summaries: list[dict[str, Any]], slo_ttft_ms: float | None = None,
+                       slo_tpot_ms: float | None = None, max_num_seqs: int | None = None
+                       ) -> tuple[float, str]:
+    """Running requests per replica for the HPA from a measured closed-loop sweep (``labkit bench``
+    summary JSONs, chapter 02). A replica's capacity is the highest concurrency up to which every
+    level met the SLO: every request completed, P99 TTFT and P99 TPOT (ms) within the limits given
+    (the first level that misses ends the climb, so a lucky level above a miss never counts); capped
+    at ``max_num_seqs``. The target is :func:`labkit.production.k8s.default_running_target` of it
+    (three quarters: a replica is added before one is full, since a new one takes minutes to start).
+    Returns ``(target, a sentence saying where it came from)``. ``ValueError`` saying what to do when
+    no SLO limit is given, ``summaries`` hold no closed-loop run, or the lowest level misses."""
+    if slo_ttft_ms is None and slo_tpot_ms is None:
+        raise ValueError("give at least one SLO limit: --slo-ttft-ms and/or --slo-tpot-ms "
+                         "(milliseconds, P99)")
+    runs = sorted((s for s in summaries if s.get("mode") == "closed" and s.get("concurrency")),
+                  key=lambda s: s["concurrency"])
+    if not runs:
+        raise ValueError("no closed-loop run among the summaries: measure one replica with "
+                         "`labkit bench --base-url URL -c 1 2 4 8 16 --out DIR` and pass that DIR")
+    limits = {k: v for k, v in (("ttft", slo_ttft_ms), ("tpot", slo_tpot_ms)) if v is not None}
+
+    def misses(s: dict[str, Any]) -> list[str]:
+        out = [f"P99 {k.upper()} {s.get(f'p99_{k}_ms', float('nan')):.0f} ms > {v:g} ms"
+               for k, v in limits.items() if not s.get(f"p99_{k}_ms", float("inf")) <= v]
+        if s.get("failed") or s.get("completed") != s.get("n_requests"):
+            out.append(f"{s.get('completed')} of {s.get('n_requests')} requests completed")
+        return out
+
+    missed = next((s for s in runs if misses(s)), None)
+    met = runs[:runs.index(missed)] if missed is not None else runs
+    if not met:
+        raise ValueError(f"the lowest measured concurrency misses the SLO ({runs[0]['concurrency']} in "
+                         f"flight: {'; '.join(misses(runs[0]))}): a replica of this hardware cannot serve "
+                         "it; relax the SLO, or measure faster hardware or a smaller model")
+    best = met[-1]["concurrency"]
+    cap = best if max_num_seqs is None else min(best, max_num_seqs)
+    target = default_running_target(cap)
+    slo = " and ".join(f"P99 {k.upper()} <= {v:g} ms" for k, v in limits.items())
+    until = (f" ({missed['concurrency']} missed: {'; '.join(misses(missed))})" if missed is not None
+             else " (the highest measured: measure higher to find the limit)")
+    return target, (f"every level up to {best} in flight met {slo}{until}"
+                    + (f", capped at --concurrency {max_num_seqs}" if cap < best else "")
+                    + f"; target 3/4 of {cap}: {target:g} running requests per replica")
+
+
+def read_summaries(folder: str | Path) -> list[dict[str, Any]]:
+    """The summary JSONs (``LABEL.json``) that ``labkit bench --out FOLDER`` wrote; ``ValueError`` when
+    the folder has none."""
+    paths = sorted(Path(folder).glob("*.json"))
+    if not paths:
+        raise ValueError(f"{folder}: no summary .json files; run `labkit bench ... --out {folder}` first")
+    return [json.loads(p.read_text()) for p in paths]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queue-target", type=float, default=4.0, help="waiting requests per replica")
     ap.add_argument("--running-target", type=float, default=None,
                     help="running requests per replica (default: 3/4 of --concurrency)")
+    ap.add_argument("--running-target-from", metavar="DIR",
+                    help="derive --running-target from a `labkit bench` sweep of one replica (its --out "
+                         "folder) and the SLO limits below")
+    ap.add_argument("--slo-ttft-ms", type=float, help="with --running-target-from: P99 TTFT limit, ms")
+    ap.add_argument("--slo-tpot-ms", type=float, help="with --running-target-from: P99 TPOT limit, ms")
     ap.add_argument("--shutdown-timeout", type=int, default=SHUTDOWN_TIMEOUT_S,
                     help="seconds a stopping replica drains (vLLM's --shutdown-timeout)")
     ap.add_argument("--namespace", default=NAMESPACE)
@@ -63,6 +134,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prometheus-url", default=PROMETHEUS_URL)
     ap.add_argument("--out", required=True, help="folder to write (e.g. deploy/k8s)")
     a = ap.parse_args(argv)
+    derived = ""
+    if a.running_target_from is not None:
+        if a.running_target is not None:
+            ap.error("give --running-target or --running-target-from, not both")
+        try:
+            a.running_target, note = slo_running_target(read_summaries(a.running_target_from), a.slo_ttft_ms,
+                                                        a.slo_tpot_ms, max_num_seqs=a.concurrency)
+        except ValueError as e:
+            ap.error(str(e))
+        print(note)
+        derived = f"# --running-target from {a.running_target_from}: {note}\n"
+    elif a.slo_ttft_ms is not None or a.slo_tpot_ms is not None:
+        ap.error("--slo-ttft-ms and --slo-tpot-ms go with --running-target-from")
     shipped = {repo: short for short, repo in SHIPPED.items()}
     a.config = a.config or shipped.get(a.model, a.model)
     a.revision = revision_for(a.model, a.revision)
@@ -76,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "--prometheus-url", a.prometheus_url,
         *(("--running-target", f"{a.running_target:g}") if a.running_target is not None else ()))])
     header = ("# Generated by labkit.production.deploy (chapter 08): do not edit by hand. Regenerate with\n"
-              f"# python -m labkit.production.deploy_cli {args} --out <folder>\n")
+              f"# python -m labkit.production.deploy_cli {args} --out <folder>\n" + derived)
     paths = write(a.out, a.model, load_config(a.config), a.prometheus_url, header, gpu=a.gpu,
                   context=a.context, concurrency=a.concurrency, image=a.image,
                   replicas=(a.min_replicas, a.max_replicas), queue_target=a.queue_target, dtype=a.dtype,

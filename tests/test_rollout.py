@@ -139,6 +139,19 @@ def test_compare_records_the_worst_size_and_fault():
     assert all(math.isfinite(r["extra_gpu_hours"]) for r in rows)
 
 
+def test_compare_names_its_figures_by_case_when_given_named_fleets():
+    rows = rollout.compare({"small": 4, "large": 40}, range(2), 0.5, record_figures=True, service_s=8.0,
+                           slots_per_replica=8, cold_start_s=120)
+    assert [(r["case"], r["replicas"]) for r in rows] == [("small", 4), ("small", 4), ("large", 40),
+                                                          ("large", 40)]
+    values = (load("production") or {})["values"]
+    assert "canary_over_bluegreen_exposed_ttft_small" in values
+    assert "canary_over_bluegreen_extra_gpu_hours_large" in values
+    assert "4, 40 replicas" in values["canary_over_bluegreen_exposed"]["note"]
+    with pytest.raises(ValueError, match="distinct"):
+        rollout.compare({"a": 4, "b": 4}, range(2), 0.5, service_s=8.0, slots_per_replica=8)
+
+
 def test_rollout_bad_arguments():
     kw: dict[str, Any] = dict(replicas=4, rps=2.0, service_s=4.0, slots_per_replica=8)
     bad: dict[str, Any]

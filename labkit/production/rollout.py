@@ -275,20 +275,26 @@ def _ratio(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, floa
 FAULTS = ("errors", "ttft")  # a bad version fails more answers, or answers later
 
 
-def compare(sizes: Sequence[int], seeds: Sequence[int], replica_rps: float, load: float = 0.6,
+def compare(sizes: Sequence[int] | Mapping[str, int], seeds: Sequence[int], replica_rps: float,
+            load: float = 0.6,
             error_rate: float = 0.02, ttft_factor: float = 1.5, record_figures: bool = False,
             **common: Any) -> list[dict[str, Any]]:
-    """Blue-green against the canary (chapter 08) on fleets of each size in ``sizes`` loaded to ``load``
-    of their ``replica_rps`` requests/s per replica, over ``seeds``, each strategy on its own streams
+    """Blue-green against the canary (chapter 08) on fleets of each size in ``sizes`` (replica counts,
+    or case name -> replica count) loaded to ``load`` of their ``replica_rps`` requests/s per replica,
+    over ``seeds``, each strategy on its own streams
     (:func:`over_seeds`; ``common``: :func:`rollout`'s other arguments). Three kinds of new version:
     one that fails ``error_rate`` of its answers (fault ``errors``), one whose times to first token are
     ``ttft_factor`` times the old one's (``ttft``, errors as before) and a good one (cost, false
     rollbacks). One row per size and strategy: per fault, ``exposed_<fault>`` (mean requests sent to
     it, with ``_lo``/``_hi``), ``rolled_back_<fault>``, ``promoted_bad_<fault>``,
     ``noticed_after_s_<fault>`` (mean over the rolled-back runs); ``pauses`` (the error fault's mean),
-    ``false_rollbacks`` (good versions), ``extra_gpu_hours`` (good runs' mean), ``peak_replicas``.
-    ``record_figures``: record chapter 08's canary ÷ blue-green figures per size and fault, and the
-    worst (the claims hold only where every size and fault does)."""
+    ``false_rollbacks`` (good versions), ``extra_gpu_hours`` (good runs' mean), ``peak_replicas``, and
+    ``case`` (the size's name; ``<n>r`` for a plain count). ``record_figures``: record chapter 08's
+    canary ÷ blue-green figures per case and fault, keys ending in the case's name, and the worst
+    (the claims hold only where every case and fault does)."""
+    cases = dict(sizes) if isinstance(sizes, Mapping) else {f"{n}r": n for n in sizes}
+    if len(set(cases.values())) != len(cases) or not all(n >= 1 for n in cases.values()):
+        raise ValueError(f"fleet sizes must be distinct counts >= 1, got {cases}")
     strategies = {"blue-green": {"strategy": "blue_green"}, "canary": {"strategy": "canary"}}
     base = common.get("base_error_rate", BASE_ERROR_RATE)
     versions = {"errors": dict(bad=True, error_rate=error_rate),
@@ -296,17 +302,17 @@ def compare(sizes: Sequence[int], seeds: Sequence[int], replica_rps: float, load
                 "ttft": dict(bad=True, error_rate=max(base, 1e-9), ttft_factor=ttft_factor),
                 "good": dict(bad=False)}
     rows, exposed, cost = [], {}, {}
-    for size in sizes:
+    for case, size in cases.items():
         kw = {**common, "replicas": size, "rps": size * replica_rps * load}
         runs = {v: over_seeds(strategies, [s + 10_000 * i for s in seeds], **vkw, **kw)
                 for i, (v, vkw) in enumerate(versions.items())}
         exp = {(f, k): expectation(runs[f][k], "requests_exposed") for f in FAULTS for k in strategies}
         extra = {k: expectation(runs["good"][k], "extra_gpu_hours") for k in strategies}
         for f in FAULTS:
-            exposed[size, f] = _ratio(exp[f, "canary"], exp[f, "blue-green"])
-        cost[size] = _ratio(extra["canary"], extra["blue-green"])
+            exposed[case, f] = _ratio(exp[f, "canary"], exp[f, "blue-green"])
+        cost[case] = _ratio(extra["canary"], extra["blue-green"])
         for k in strategies:
-            row: dict[str, Any] = {"replicas": size, "rollout": k}
+            row: dict[str, Any] = {"replicas": size, "case": case, "rollout": k}
             for f in FAULTS:
                 bad = runs[f][k]
                 back = [r["detected_s"] for r in bad if r["outcome"] == "rolled_back"]
@@ -321,31 +327,32 @@ def compare(sizes: Sequence[int], seeds: Sequence[int], replica_rps: float, load
                          "peak_replicas": max(r["peak_replicas"] for v in runs.values() for r in v[k]),
                          "seeds": len(seeds)})
     if record_figures:
-        _record(rows, exposed, cost, len(seeds), load, error_rate, ttft_factor)
+        _record(rows, cases, exposed, cost, len(seeds), load, error_rate, ttft_factor)
     return rows
 
 
-def _record(rows: list[dict[str, Any]], exposed: dict[tuple[int, str], tuple[float, float, float]],
-            cost: dict[int, tuple[float, float, float]], n: int, load: float, error_rate: float,
+def _record(rows: list[dict[str, Any]], cases: dict[str, int],
+            exposed: dict[tuple[str, str], tuple[float, float, float]],
+            cost: dict[str, tuple[float, float, float]], n: int, load: float, error_rate: float,
             ttft_factor: float) -> None:
     faults = {"errors": f"a version that fails {error_rate:.0%} of its answers",
               "ttft": f"a version {ttft_factor:g}x slower to its first token"}
-    for (size, f), (value, lo, hi) in exposed.items():
+    for (case, f), (value, lo, hi) in exposed.items():
         suffix = "" if f == "errors" else f"_{f}"
-        record("production", f"canary_over_bluegreen_exposed{suffix}_{size}r", value, "x",
-               f"requests sent to {faults[f]}, {size} replicas at {load:.0%} load, means over {n} seeds "
-               "(interval: the two 95% intervals' extremes)", spread=(lo, hi, n))
-    for size, (value, lo, hi) in cost.items():
-        record("production", f"canary_over_bluegreen_extra_gpu_hours_{size}r", value, "x",
-               f"replica-hours beyond the fleet's, good versions, {size} replicas at {load:.0%} load, means "
-               f"over {n} seeds (interval: the two 95% intervals' extremes)", spread=(lo, hi, n))
-    sizes = sorted({s for s, _ in exposed})
+        record("production", f"canary_over_bluegreen_exposed{suffix}_{case}", value, "x",
+               f"requests sent to {faults[f]}, {cases[case]} replicas at {load:.0%} load, means over {n} "
+               "seeds (interval: the two 95% intervals' extremes)", spread=(lo, hi, n))
+    for case, (value, lo, hi) in cost.items():
+        record("production", f"canary_over_bluegreen_extra_gpu_hours_{case}", value, "x",
+               f"replica-hours beyond the fleet's, good versions, {cases[case]} replicas at {load:.0%} load, "
+               f"means over {n} seeds (interval: the two 95% intervals' extremes)", spread=(lo, hi, n))
+    sizes = sorted(cases.values())
     for key, pairs, what in (("exposed", exposed, "requests sent to a bad version (either fault)"),
                              ("extra_gpu_hours", {(s, ""): c for s, c in cost.items()},
                               "replica-hours beyond the fleet's, good versions")):
         worst = max(pairs, key=lambda c: pairs[c][0])
         value, lo, hi = (max(p[j] for p in pairs.values()) for j in range(3))
-        at = f"{worst[0]}" + (f", {worst[1]}" if worst[1] else "")
+        at = f"{cases[worst[0]]}" + (f", {worst[1]}" if worst[1] else "")
         record("production", f"canary_over_bluegreen_{key}", value, "x",
                f"{what}: the largest canary ÷ blue-green over {', '.join(map(str, sizes))} replicas ({at}), "
                f"means over {n} seeds", spread=(lo, hi, n))

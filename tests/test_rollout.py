@@ -125,8 +125,8 @@ def test_the_ttft_ratio_reads_the_old_version_before_the_switch_when_it_has_no_t
 
 
 def test_compare_records_the_worst_size_and_fault():
-    rows = rollout.compare((4, 40), range(4), 0.5, record_figures=True, service_s=8.0, slots_per_replica=8,
-                           cold_start_s=120)
+    rows = rollout.compare({"4r": 4, "40r": 40}, range(4), 0.5, record_figures=True, service_s=8.0,
+                           slots_per_replica=8, cold_start_s=120)
     assert [(r["replicas"], r["rollout"]) for r in rows] == [
         (4, "blue-green"), (4, "canary"), (40, "blue-green"), (40, "canary")]
     values = (load("production") or {})["values"]
@@ -148,8 +148,13 @@ def test_compare_names_its_figures_by_case_when_given_named_fleets():
     assert "canary_over_bluegreen_exposed_ttft_small" in values
     assert "canary_over_bluegreen_extra_gpu_hours_large" in values
     assert "4, 40 replicas" in values["canary_over_bluegreen_exposed"]["note"]
-    with pytest.raises(ValueError, match="distinct"):
-        rollout.compare({"a": 4, "b": 4}, range(2), 0.5, service_s=8.0, slots_per_replica=8)
+    with pytest.raises(ValueError, match="at least one replica"):
+        rollout.compare({"a": 4, "b": 0}, range(2), 0.5, service_s=8.0, slots_per_replica=8)
+    same = rollout.compare({"a": 2, "b": 2}, range(2), 0.5, record_figures=True, service_s=8.0,
+                           slots_per_replica=8, cold_start_s=120)  # two cases, one size: both kept
+    values = (load("production") or {})["values"]
+    assert [r["case"] for r in same] == ["a", "a", "b", "b"]
+    assert "canary_over_bluegreen_exposed_a" in values and "canary_over_bluegreen_exposed_b" in values
 
 
 def test_rollout_bad_arguments():

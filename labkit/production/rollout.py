@@ -275,26 +275,23 @@ def _ratio(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, floa
 FAULTS = ("errors", "ttft")  # a bad version fails more answers, or answers later
 
 
-def compare(sizes: Sequence[int] | Mapping[str, int], seeds: Sequence[int], replica_rps: float,
-            load: float = 0.6,
+def compare(fleets: Mapping[str, int], seeds: Sequence[int], replica_rps: float, load: float = 0.6,
             error_rate: float = 0.02, ttft_factor: float = 1.5, record_figures: bool = False,
             **common: Any) -> list[dict[str, Any]]:
-    """Blue-green against the canary (chapter 08) on fleets of each size in ``sizes`` (replica counts,
-    or case name -> replica count) loaded to ``load`` of their ``replica_rps`` requests/s per replica,
-    over ``seeds``, each strategy on its own streams
-    (:func:`over_seeds`; ``common``: :func:`rollout`'s other arguments). Three kinds of new version:
-    one that fails ``error_rate`` of its answers (fault ``errors``), one whose times to first token are
-    ``ttft_factor`` times the old one's (``ttft``, errors as before) and a good one (cost, false
-    rollbacks). One row per size and strategy: per fault, ``exposed_<fault>`` (mean requests sent to
-    it, with ``_lo``/``_hi``), ``rolled_back_<fault>``, ``promoted_bad_<fault>``,
-    ``noticed_after_s_<fault>`` (mean over the rolled-back runs); ``pauses`` (the error fault's mean),
-    ``false_rollbacks`` (good versions), ``extra_gpu_hours`` (good runs' mean), ``peak_replicas``, and
-    ``case`` (the size's name; ``<n>r`` for a plain count). ``record_figures``: record chapter 08's
-    canary ÷ blue-green figures per case and fault, keys ending in the case's name, and the worst
-    (the claims hold only where every case and fault does)."""
-    cases = dict(sizes) if isinstance(sizes, Mapping) else {f"{n}r": n for n in sizes}
-    if len(set(cases.values())) != len(cases) or not all(n >= 1 for n in cases.values()):
-        raise ValueError(f"fleet sizes must be distinct counts >= 1, got {cases}")
+    """Blue-green against the canary (chapter 08) on each of ``fleets`` (case name -> replica count)
+    loaded to ``load`` of their ``replica_rps`` requests/s per replica, over ``seeds``, each strategy
+    on its own streams (:func:`over_seeds`; ``common``: :func:`rollout`'s other arguments). Three
+    kinds of new version: one that fails ``error_rate`` of its answers (fault ``errors``), one whose
+    times to first token are ``ttft_factor`` times the old one's (``ttft``, errors as before) and a
+    good one (cost, false rollbacks). One row per fleet and strategy: ``case``, ``replicas``, and per
+    fault ``exposed_<fault>`` (mean requests sent to it, with ``_lo``/``_hi``), ``rolled_back_<fault>``,
+    ``promoted_bad_<fault>``, ``noticed_after_s_<fault>`` (mean over the rolled-back runs); ``pauses``
+    (the error fault's mean), ``false_rollbacks`` (good versions), ``extra_gpu_hours`` (good runs'
+    mean), ``peak_replicas``. ``record_figures``: record chapter 08's canary ÷ blue-green figures per
+    fleet and fault, keys ending in the case's name, and the worst (the claims hold only where every
+    fleet and fault does). Two cases may have the same replica count (a fast machine's small fleets)."""
+    if not all(n >= 1 for n in fleets.values()):
+        raise ValueError(f"every fleet needs at least one replica, got {dict(fleets)}")
     strategies = {"blue-green": {"strategy": "blue_green"}, "canary": {"strategy": "canary"}}
     base = common.get("base_error_rate", BASE_ERROR_RATE)
     versions = {"errors": dict(bad=True, error_rate=error_rate),
@@ -302,7 +299,7 @@ def compare(sizes: Sequence[int] | Mapping[str, int], seeds: Sequence[int], repl
                 "ttft": dict(bad=True, error_rate=max(base, 1e-9), ttft_factor=ttft_factor),
                 "good": dict(bad=False)}
     rows, exposed, cost = [], {}, {}
-    for case, size in cases.items():
+    for case, size in fleets.items():
         kw = {**common, "replicas": size, "rps": size * replica_rps * load}
         runs = {v: over_seeds(strategies, [s + 10_000 * i for s in seeds], **vkw, **kw)
                 for i, (v, vkw) in enumerate(versions.items())}
@@ -327,11 +324,11 @@ def compare(sizes: Sequence[int] | Mapping[str, int], seeds: Sequence[int], repl
                          "peak_replicas": max(r["peak_replicas"] for v in runs.values() for r in v[k]),
                          "seeds": len(seeds)})
     if record_figures:
-        _record(rows, cases, exposed, cost, len(seeds), load, error_rate, ttft_factor)
+        _record(rows, fleets, exposed, cost, len(seeds), load, error_rate, ttft_factor)
     return rows
 
 
-def _record(rows: list[dict[str, Any]], cases: dict[str, int],
+def _record(rows: list[dict[str, Any]], cases: Mapping[str, int],
             exposed: dict[tuple[str, str], tuple[float, float, float]],
             cost: dict[str, tuple[float, float, float]], n: int, load: float, error_rate: float,
             ttft_factor: float) -> None:

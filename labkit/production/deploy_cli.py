@@ -75,18 +75,17 @@ def slo_running_target(summaries: list[dict[str, Any]], slo_ttft_ms: float | Non
             out.append(f"{s.get('completed')} of {s.get('n_requests')} requests completed")
         return out
 
-    missed = next((s for s in runs if misses(s)), None)
-    met = runs[:runs.index(missed)] if missed is not None else runs
-    if not met:
+    first_miss = next(((i, why) for i, s in enumerate(runs) if (why := misses(s))), None)
+    if first_miss is not None and first_miss[0] == 0:
         raise ValueError(f"the lowest measured concurrency misses the SLO ({runs[0]['concurrency']} in "
-                         f"flight: {'; '.join(misses(runs[0]))}): a replica of this hardware cannot serve "
+                         f"flight: {'; '.join(first_miss[1])}): a replica of this hardware cannot serve "
                          "it; relax the SLO, or measure faster hardware or a smaller model")
-    best = met[-1]["concurrency"]
+    best = runs[-1 if first_miss is None else first_miss[0] - 1]["concurrency"]
     cap = best if max_num_seqs is None else min(best, max_num_seqs)
     target = default_running_target(cap)
     slo = " and ".join(f"P99 {k.upper()} <= {v:g} ms" for k, v in limits.items())
-    until = (f" ({missed['concurrency']} missed: {'; '.join(misses(missed))})" if missed is not None
-             else " (the highest measured: measure higher to find the limit)")
+    until = (" (the highest measured: measure higher to find the limit)" if first_miss is None
+             else f" ({runs[first_miss[0]]['concurrency']} missed: {'; '.join(first_miss[1])})")
     return target, (f"every level up to {best} in flight met {slo}{until}"
                     + (f", capped at --concurrency {max_num_seqs}" if cap < best else "")
                     + f"; target 3/4 of {cap}: {target:g} running requests per replica")

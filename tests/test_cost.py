@@ -27,7 +27,7 @@ CURVE = {1: 13.0, 4: 26.0, 8: 37.0, 16: 55.0}  # the shape of a measured sweep: 
 
 def test_shipped_prices_load_dated_and_sourced():
     p = load_prices()
-    assert p["as_of"] == "2026-12-01" and "never looks prices up live" in p["note"]
+    assert p["as_of"] == "2026-12-05" and "never looks prices up live" in p["note"]
     assert {"api-small", "api-large"} <= set(p["api"])
     assert {"H100", "H200", "A100-80GB", "L4"} <= set(p["gpus"])
     assert all(e["source"] and e["name"] == n for s in ("api", "gpus") for n, e in p[s].items())
@@ -40,6 +40,42 @@ def test_shipped_prices_load_dated_and_sourced():
     by_hand = a["purchase_usd"] / (a["lifetime_years"] * 8760) + a["watts"] / 1000 * a["usd_per_kwh"]
     assert own["per_gpu_hour"] == pytest.approx(by_hand)
     assert own["per_gpu_hour"] < p["gpus"]["L4"]["per_gpu_hour"]
+
+
+PRICED = ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "batch_discount", "per_gpu_hour")
+
+
+def test_every_shipped_price_lies_within_what_its_citations_give():
+    """A price in data/prices.json is read from its cited pages: each field a citation names lies
+    within the lowest and highest figure those pages give; only an entry marked ``assumed`` has none."""
+    p = load_prices()
+    for section in ("api", "gpus"):
+        for name, e in p[section].items():
+            if e.get("assumed"):
+                assert not e["cited"], name
+                continue
+            fields = {c["field"] for c in e["cited"]}
+            priced = {k for k in PRICED if k in e}
+            assert priced and priced <= fields, f"{section}.{name}: {sorted(priced - fields)} not cited"
+            for f in priced:
+                lo = min(c["low"] for c in e["cited"] if c["field"] == f)
+                hi = max(c["high"] for c in e["cited"] if c["field"] == f)
+                assert lo <= e[f] <= hi, f"{section}.{name}.{f} = {e[f]} outside its citations' {lo}..{hi}"
+                assert all(c["url"].startswith(("https://", "http://")) for c in e["cited"])
+
+
+def test_discounted_prices_by_hand():
+    tier = dict(TIER, cached_input_per_mtok=0.1, batch_discount=0.5)
+    d = cost.discounted(tier, cached_share=0.5, batch=True)
+    assert d["input_per_mtok"] == pytest.approx((0.5 * 1.0 + 0.5 * 0.1) * 0.5)
+    assert d["output_per_mtok"] == pytest.approx(1.0)
+    assert cost.discounted(tier) == dict(tier)
+    with pytest.raises(ValueError, match="no prompt-cache price"):
+        cost.discounted(TIER, cached_share=0.5)
+    with pytest.raises(ValueError, match="no batch discount"):
+        cost.discounted(TIER, batch=True)
+    with pytest.raises(ValueError, match="cached_share"):
+        cost.discounted(tier, cached_share=1.5)
 
 
 def test_known_answers():
@@ -174,6 +210,9 @@ def test_bad_inputs_raise_value_error(call, match):
     (lambda d: d["gpus"]["H100"].update(per_gpu_hour=0), "per_gpu_hour"),
     (lambda d: d["gpus"]["rtx-3060-owned"]["owned"].pop("watts"), "watts"),
     (lambda d: d.update(gpus={}), "non-empty"),
+    (lambda d: d["api"]["api-small"].update(batch_discount=1.0), "fraction off"),
+    (lambda d: d["gpus"]["H100"]["cited"][0].pop("url"), r"cited\[0\] needs a 'url'"),
+    (lambda d: d["gpus"]["H100"]["cited"][0].update(low=9.0), "is above high"),
 ])
 def test_load_prices_says_what_is_wrong(tmp_path, edit, match):
     d = json.loads(paths.data("prices.json").read_text())

@@ -7,7 +7,8 @@ The tutorial: "API pricing ($/million tokens) is simple to model. Dedicated GPU 
 
 * :func:`load_prices`: the dated example prices in ``data/prices.json`` (inputs to replace with
   your own quotes; nothing is looked up live), validated.
-* :func:`api_cost`: $ for a number of input and output tokens at an API tier's $ per 1M tokens.
+* :func:`api_cost`: $ for a number of input and output tokens at an API tier's $ per 1M tokens;
+  :func:`discounted` prices a tier with its published prompt-cache and batch discounts.
 * :func:`dedicated_cost`: $ for GPU replicas kept on for some hours, busy or idle.
 * :func:`replicas_needed`: replicas for a peak output rate (tokens/s) at a utilization target.
 * :func:`monthly_costs`: one month (30.4 days) of a workload, given requests per day and tokens
@@ -71,6 +72,20 @@ def owned_gpu_hour(purchase_usd: float, lifetime_years: float, watts: float, usd
             + _number(watts, "watts") / 1000 * _number(usd_per_kwh, "usd_per_kwh"))
 
 
+def _check_citations(entry: dict[str, Any], where: str) -> None:
+    """An entry's optional ``cited`` list: each item names its ``url`` and the price ``field`` it
+    bears on, with the figures the page gives as ``low`` <= ``high``. ``ValueError`` says which."""
+    cited = entry.get("cited", [])
+    if not isinstance(cited, list):
+        raise ValueError(f"{where}.cited must be a list of citations")
+    for i, c in enumerate(cited):
+        if not (isinstance(c, dict) and isinstance(c.get("url"), str) and isinstance(c.get("field"), str)):
+            raise ValueError(f"{where}.cited[{i}] needs a 'url' and the 'field' it gives a figure for")
+        low, high = (_number(c.get(k), f"{where}.cited[{i}].{k}") for k in ("low", "high"))
+        if low > high:
+            raise ValueError(f"{where}.cited[{i}]: low {c['low']} is above high {c['high']}")
+
+
 def load_prices(path: str | Path | None = None) -> dict[str, Any]:
     """The price table (default ``data/prices.json``): ``as_of``, ``note``, ``units``, ``api``
     (tier name -> ``input_per_mtok``, ``output_per_mtok`` in $ per 1M tokens) and ``gpus`` (name ->
@@ -98,10 +113,18 @@ def load_prices(path: str | Path | None = None) -> dict[str, Any]:
             if not isinstance(entry, dict) or not isinstance(entry.get("source"), str):
                 raise ValueError(f"{where} needs a 'source' string saying what kind of price it approximates")
             entry = dict(entry, name=name)
+            _check_citations(entry, where)
             for key in need:
                 if key not in entry:
                     raise ValueError(f"{where} is missing {key!r} ($ per 1M tokens)")
                 _number(entry[key], f"{where}.{key}")
+            if section == "api":
+                if "cached_input_per_mtok" in entry:
+                    _number(entry["cached_input_per_mtok"], f"{where}.cached_input_per_mtok")
+                if "batch_discount" in entry and not 0 <= _number(entry["batch_discount"],
+                                                                 f"{where}.batch_discount") < 1:
+                    raise ValueError(f"{where}.batch_discount is a fraction off (0 to 1), "
+                                     f"got {entry['batch_discount']!r}")
             if section == "gpus":
                 if ("per_gpu_hour" in entry) == ("owned" in entry):
                     raise ValueError(f"{where} needs exactly one of 'per_gpu_hour' ($) "
@@ -122,6 +145,24 @@ def api_cost(input_tokens: float, output_tokens: float, tier: dict[str, Any]) ->
     ``output_per_mtok`` ($ per 1,000,000 tokens)."""
     return (_number(input_tokens, "input_tokens") * _price(tier, "input_per_mtok")
             + _number(output_tokens, "output_tokens") * _price(tier, "output_per_mtok")) / 1e6
+
+
+def discounted(tier: dict[str, Any], cached_share: float = 0.0, batch: bool = False) -> dict[str, Any]:
+    """``tier`` priced as a workload would pay it: ``cached_share`` (0-1) of its input tokens read
+    from the vendor's prompt cache at ``cached_input_per_mtok``, and with ``batch`` both prices cut by
+    ``batch_discount`` (asynchronous jobs). A copy with the effective ``input_per_mtok`` and
+    ``output_per_mtok``; ``ValueError`` when the tier publishes no such price."""
+    if not 0 <= _number(cached_share, "cached_share") <= 1:
+        raise ValueError(f"cached_share is a fraction of the input tokens (0 to 1), got {cached_share!r}")
+    name = tier.get("name", "this tier")
+    if cached_share and "cached_input_per_mtok" not in tier:
+        raise ValueError(f"{name} publishes no prompt-cache price: use cached_share=0")
+    if batch and "batch_discount" not in tier:
+        raise ValueError(f"{name} publishes no batch discount: use batch=False")
+    keep = 1 - (_number(tier["batch_discount"], "batch_discount") if batch else 0.0)
+    cached = _price(tier, "cached_input_per_mtok") if cached_share else 0.0
+    inp = (1 - cached_share) * _price(tier, "input_per_mtok") + cached_share * cached
+    return dict(tier, input_per_mtok=inp * keep, output_per_mtok=_price(tier, "output_per_mtok") * keep)
 
 
 def dedicated_cost(hours: float, replicas: int, gpu: dict[str, Any], gpus_per_replica: int = 1) -> float:

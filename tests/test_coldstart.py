@@ -38,7 +38,7 @@ def test_the_manifests_startup_probe_covers_the_budget_and_would_catch_a_short_o
     phases = coldstart.gpu_replica_budget(QWEN_BF16, engine_start_s=30.0)
     ok = coldstart.probe_covers(phases, k8s_pod.COLD_START_S)
     assert ok["covers_high"], ok  # 900 s >= weights at 50 MB/s + engine x2 + capture high
-    short = coldstart.probe_covers(phases, 120)  # a probe sized on a CPU start would kill the pod
+    short = coldstart.probe_covers(phases, 60)  # a probe sized on a CPU start would kill the pod
     assert short["covers_typical"] is False and short["covers_high"] is False
 
 

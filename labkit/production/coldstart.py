@@ -224,19 +224,25 @@ def plot_breakdown(bars: dict[str, dict[str, float]], ax: Any = None) -> Any:
 # the engine start is measured here; the rest are stated assumptions (low, typical, high) or bytes ÷
 # bandwidth computed from them. Sizes in bytes, bandwidths in bytes/s, times in seconds.
 
-#: The serving image's compressed size (vllm/vllm-openai is several GB: CUDA, PyTorch, vLLM's kernels).
-IMAGE_BYTES = 8e9
-#: (low, typical, high) assumptions, each with where the figure comes from.
+#: The serving image's compressed size: ``docker pull vllm/vllm-openai:latest`` is about 12 GB
+#: (github.com/vllm-project/vllm/issues/27154, October 2025; 9 GB on Docker Hub in August 2024,
+#: issues/7609; 28.6 GB unpacked in December 2025, pull/22377).
+IMAGE_BYTES = 12e9
+#: (low, typical, high) figures, each with where it comes from: a page that states it, or "assumed".
 ASSUMPTIONS: dict[str, tuple[float, float, float, str]] = {
-    "node_s": (0.0, 240.0, 600.0, "a cluster autoscaler adding a GPU node takes minutes on the public "
-               "clouds (assumed 4 min; 0 when a node with a free GPU is already up, 10 min when GPUs are "
-               "scarce)"),
+    "node_s": (0.0, 240.0, 900.0, "a cluster autoscaler adding a GPU node: 0 when a node with a free GPU is "
+               "already up; typical 4 min, assumed; high 15 min, the time cluster-autoscaler's source says a "
+               "new GPU node can take to report its GPU allocatable (kubernetes/autoscaler, "
+               "cluster-autoscaler/utils/gpu)"),
     "registry_bps": (500e6, 150e6, 50e6, "image pull and unpack, bytes/s (assumed: a registry mirror in the "
                      "same region at the low end, a public registry at the high end)"),
     "storage_bps": (2e9, 200e6, 50e6, "weights read, bytes/s: a local NVMe or a cached volume (2 GB/s), the "
                     "Hugging Face Hub from a cloud VM (200 MB/s), a slow link (50 MB/s); assumed"),
-    "capture_s": (10.0, 60.0, 180.0, "torch.compile and CUDA graph capture at vLLM's start, which vLLM logs; "
-                  "assumed (no GPU here): a warm compile cache at the low end"),
+    "capture_s": (10.0, 35.0, 60.0, "torch.compile and CUDA graph capture at vLLM's start, as vLLM logs them "
+                  "(no GPU here, so read from logs others posted): graph capture alone 10 s and with "
+                  "torch.compile 19 + 15 s for Llama-3-8B (github.com/vllm-project/vllm/pull/11005); a "
+                  "cached compile 7.5 s + capture 17 s (issues/20264); torch.compile 29 s on an 80 GB GPU "
+                  "(kubernetes-sigs/gateway-api-inference-extension/pull/550)"),
 }
 
 

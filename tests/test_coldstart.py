@@ -16,8 +16,9 @@ def test_budget_items_are_bytes_over_bandwidth_and_labelled():
     assert by["weights"].seconds == pytest.approx(QWEN_BF16 / 200e6)           # 40 s from the Hub
     assert by["weights"].low == pytest.approx(QWEN_BF16 / 2e9)                 # 4 s from local NVMe
     assert by["image pull"].seconds == pytest.approx(coldstart.IMAGE_BYTES / 150e6)
-    assert {p.kind for p in phases} == {"assumed", "computed", "measured"}
+    assert {p.kind for p in phases} == {"assumed", "cited", "computed", "measured"}
     assert by["engine start"].kind == "measured" and by["node"].kind == "assumed"
+    assert by["graph capture"].kind == "cited"
     assert [p.in_probe for p in phases] == [False, False, True, True, True]
     assert all(p.low <= p.seconds <= p.high and p.source for p in phases)
     # far longer than the 71 s the fleet used before (a CPU vLLM start plus 8 GB at 200 MB/s)

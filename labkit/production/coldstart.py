@@ -249,8 +249,9 @@ ASSUMPTIONS: dict[str, tuple[float, float, float, str]] = {
 @dataclass(frozen=True)
 class Phase:
     """One phase of a cold start: ``seconds`` typical, ``low``/``high`` its range, ``kind`` measured |
-    computed | assumed, ``source``, and ``in_probe``: whether it runs after the container starts, so
-    that the startup probe's budget must cover it (node and image pull come before)."""
+    computed | cited (read from pages others posted) | assumed, ``source``, and ``in_probe``: whether
+    it runs after the container starts, so that the startup probe's budget must cover it (node and
+    image pull come before)."""
 
     name: str
     seconds: float
@@ -278,7 +279,7 @@ def gpu_replica_budget(weights_bytes: float, engine_start_s: float, image_bytes:
               f"{weights_bytes / 1e9:.1f} GB of weights ÷ {sto[3]}", True),
         Phase("engine start", engine_start_s, engine_start_s / 2, engine_start_s * 2, "measured",
               "this machine's engine: process start to /health, less its weight loading", True),
-        Phase("graph capture", cap[1], cap[0], cap[2], "assumed", cap[3], True),
+        Phase("graph capture", cap[1], cap[0], cap[2], "cited", cap[3], True),
     ]
 
 

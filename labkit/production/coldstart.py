@@ -221,8 +221,9 @@ def plot_breakdown(bars: dict[str, dict[str, float]], ax: Any = None) -> Any:
 
 # --- a GPU replica's cold start, itemized (chapter 08) ----------------------------------------------
 # What a new replica on a GPU cluster waits for, each phase a labelled figure with its source. Only
-# the engine start is measured here; the rest are stated assumptions (low, typical, high) or bytes ÷
-# bandwidth computed from them. Sizes in bytes, bandwidths in bytes/s, times in seconds.
+# the engine start is measured here; the rest are figures read from cited pages, stated assumptions
+# (low, typical, high), or bytes ÷ bandwidth computed from them. Sizes in bytes, bandwidths in
+# bytes/s, times in seconds.
 
 #: The serving image's compressed size: ``docker pull vllm/vllm-openai:latest`` is about 12 GB
 #: (github.com/vllm-project/vllm/issues/27154, October 2025; 9 GB on Docker Hub in August 2024,

@@ -192,6 +192,13 @@ def keep(page: Mapping[str, Any]) -> None:
                "seeds where the plain autoscaler had late or dropped requests")
         record("production", f"{k}_seeds_cut", v["cut"], "seeds", "seeds where the change had fewer")
 
+    n_burst, burst_share, SEEDS = take(page, "n_burst burst_share SEEDS")
+    record("production", "burst_hurt_share", burst_share["manifest"], "fraction",
+           f"late or dropped ÷ the burst's {n_burst:,.0f} requests a seed, the manifest's autoscaler, "
+           f"mean over {len(SEEDS)} seeds")
+    record("production", "warm_pool_burst_sized_hurt_share", burst_share["manifest + warm pool of 8"],
+           "fraction", "the same with a warm pool of 8 replicas, the burst's size")
+
     # The same dashboard from llama.cpp's server
     lc_counts, lc_spec, lc_watched = take(page, "lc_counts lc_spec lc_watched")
     if lc_counts:

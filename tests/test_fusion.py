@@ -1,3 +1,6 @@
+import os
+import re
+
 import pytest
 import torch
 
@@ -51,10 +54,33 @@ def test_scale_fusion_carries_its_spread():
     assert iv["n"] == 3 and iv["lo"] <= iv["median"] <= iv["hi"]
 
 
-def test_a_warm_compile_reports_the_last_cold_one(tmp_path):
-    log = tmp_path / "cold.json"
-    never = {"cold_s": None, "cold_date": None}
-    assert fusion._cold_compile(log, "cpu", 1.0, hits=1) == never  # warm, and no cold run logged yet
-    assert fusion._cold_compile(log, "cpu", 14.2, hits=0)["cold_s"] == 14.2  # cold: logged
-    warm = fusion._cold_compile(log, "cpu", 3.2, hits=2)
-    assert warm["cold_s"] == 14.2 and warm["cold_date"]  # warm: the cold figure, not the warm one
+def test_the_inductor_cache_folder_is_set_for_the_block_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/earlier")
+    with fusion._inductor_cache(tmp_path):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/earlier"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    with fusion._inductor_cache(tmp_path):
+        pass
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    with fusion._inductor_cache(None):
+        assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+
+
+@pytest.mark.parametrize("cold_hits, warm_hits, rc, says", [
+    (0, 1, 1, "failed (rc 1)"),                      # the child died
+    (1, 1, 0, "1 hit(s) in the empty cache"),        # the cold compile was not cold
+    (0, 0, 0, "0 in the new process"),               # the warm one did not find the code
+])
+def test_a_compile_cache_pair_that_means_nothing_is_refused(monkeypatch, cold_hits, warm_hits, rc, says):
+    from labkit.experiments import compile_cache
+
+    cold = {"compile_s": 10.0, "cache_hits": cold_hits}
+    monkeypatch.setattr(compile_cache.fusion, "compile_chain", lambda **kw: cold)
+    child = {"rc": rc, "out": {"compile_s": 2.0, "hits": warm_hits, "import_s": 1.0}, "stderr_tail": "boom"}
+    monkeypatch.setattr(compile_cache, "run_child", lambda *a, **kw: child)
+    with pytest.raises(RuntimeError, match=re.escape(says)):
+        compile_cache.cold_and_warm(numel=16)
+    child["rc"], child["out"]["hits"] = 0, 1
+    if not cold_hits:
+        assert compile_cache.cold_and_warm(numel=16)["warm_over_cold"] == 0.2

@@ -11,7 +11,9 @@ counted the minimal way (each input read once, each output written once).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +82,7 @@ CHAIN_OPS = 11  # operations (eager kernels) in elementwise_chain; each reads an
 
 def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
                   fn: Callable = elementwise_chain, backend: str = "inductor",
-                  cold_log: Path | None = None) -> dict:
+                  cache_dir: Path | None = None) -> dict:
     """Eager vs ``torch.compile`` on an elementwise chain, compile time reported apart.
 
     The first call of the compiled function traces, generates and compiles code (C++ via the
@@ -93,9 +95,8 @@ def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
     was reused and compile time is the warm figure), ``"speedup_interval"``
     (per-round eager ÷ compiled time, :func:`labkit.stats.ratio_interval`) and ``"times"``.
     ``backend``: passed to ``torch.compile`` ("eager" only traces, generating no code: for tests).
-    ``cold_log``: a JSON file that keeps the last cold compile time per device, torch version and
-    CPU capability: a cold run writes it, a warm one (cache hits) reads it back as ``"cold_s"`` and
-    ``"cold_date"`` (``None`` when no cold run was logged), so a warm figure is shown beside the cold.
+    ``cache_dir``: Inductor's on-disk cache for this compile (``TORCHINDUCTOR_CACHE_DIR``, set for the
+    first call only): an empty folder makes the compile cold whatever earlier runs left behind.
     """
     import torch
 
@@ -107,37 +108,34 @@ def compile_chain(numel: int = 4 * 2**20, device: str = "cpu", repeats: int = 7,
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
     except Exception:  # noqa: BLE001 - counters are internal; the figure is informative only
         counters, hits_before = None, 0
-    compile_s = timed(lambda: compiled(x), device)[1]
+    with _inductor_cache(cache_dir):
+        compile_s = timed(lambda: compiled(x), device)[1]
     hits = counters["inductor"]["fxgraph_cache_hit"] - hits_before if counters is not None else 0
     times = interleaved_times({"eager": lambda: fn(x), "compiled": lambda: compiled(x)}, device,
                               repeats=repeats)
     diff = float((fn(x) - compiled(x)).abs().max())
     eager_s, comp_s = float(np.median(times["eager"])), float(np.median(times["compiled"]))
     size = x.numel() * x.element_size()
-    cold = _cold_compile(cold_log, device, compile_s, hits) if cold_log else {}  # cold_s, cold_date
-    return {**cold, "compile_s": compile_s, "eager_s": eager_s, "compiled_s": comp_s,
+    return {"compile_s": compile_s, "eager_s": eager_s, "compiled_s": comp_s,
             "speedup": eager_s / comp_s,
             "max_abs_diff": diff, "eager_min_bytes": scale_bytes(x.numel(), x.element_size(), CHAIN_OPS),
             "fused_bytes": 2 * size, "cache_hits": int(hits), "numel": numel, "times": times,
             "speedup_interval": ratio_interval(times["eager"], times["compiled"])}
 
 
-def _cold_compile(log: Path, device: str, compile_s: float, hits: int) -> dict:
-    """:func:`compile_chain`'s cold compile time for this device, torch and CPU capability: written to
-    ``log`` when this call compiled cold (no cache hits), read from it when it was warm."""
-    import datetime
-    import json
-
-    import torch
-
-    key = f"{device} torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}"
+@contextlib.contextmanager
+def _inductor_cache(folder: Path | None) -> Iterator[None]:
+    """Inductor's on-disk cache in ``folder`` while the block runs (as ``TORCHINDUCTOR_CACHE_DIR``,
+    which Inductor reads on every use), the earlier setting after it; nothing changes when ``None``."""
+    if folder is None:
+        yield
+        return
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     try:
-        seen = json.loads(log.read_text())
-    except (OSError, ValueError):
-        seen = {}
-    if hits == 0:
-        seen[key] = {"compile_s": compile_s, "date": datetime.date.today().isoformat()}
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(json.dumps(seen, indent=1))
-    entry = seen.get(key) or {}
-    return {"cold_s": entry.get("compile_s"), "cold_date": entry.get("date")}
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before

@@ -10,6 +10,7 @@ import pytest
 from labkit import paths
 from labkit.production import cost
 from labkit.production.cost import (
+    OWNED_FIELDS,
     api_cost,
     capacity,
     crossover,
@@ -47,15 +48,18 @@ PRICED = ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "batch_d
 
 def test_every_shipped_price_lies_within_what_its_citations_give():
     """A price in data/prices.json is read from its cited pages: each field a citation names lies
-    within the lowest and highest figure those pages give; only an entry marked ``assumed`` has none."""
+    within the lowest and highest figure those pages give; an owned card's fields are cited too, but
+    for those its ``assumed`` list names."""
     p = load_prices()
     for section in ("api", "gpus"):
         for name, e in p[section].items():
-            if e.get("assumed"):
-                assert not e["cited"], name
-                continue
             fields = {c["field"] for c in e["cited"]}
-            priced = {k for k in PRICED if k in e}
+            if "owned" in e:
+                e = dict(e, **e["owned"])
+                priced = set(OWNED_FIELDS) - set(e["assumed"])
+                assert fields == priced, f"{section}.{name}: cited {sorted(fields)}, not {sorted(priced)}"
+            else:
+                priced = {k for k in PRICED if k in e}
             assert priced and priced <= fields, f"{section}.{name}: {sorted(priced - fields)} not cited"
             for f in priced:
                 lo = min(c["low"] for c in e["cited"] if c["field"] == f)
@@ -209,6 +213,7 @@ def test_bad_inputs_raise_value_error(call, match):
     (lambda d: d["gpus"]["H100"].update(owned={}), "exactly one"),
     (lambda d: d["gpus"]["H100"].update(per_gpu_hour=0), "per_gpu_hour"),
     (lambda d: d["gpus"]["rtx-3060-owned"]["owned"].pop("watts"), "watts"),
+    (lambda d: d["gpus"]["rtx-3060-owned"].update(assumed=True), "must list which"),
     (lambda d: d.update(gpus={}), "non-empty"),
     (lambda d: d["api"]["api-small"].update(batch_discount=1.0), "fraction off"),
     (lambda d: d["gpus"]["H100"]["cited"][0].pop("url"), r"cited\[0\] needs a 'url'"),

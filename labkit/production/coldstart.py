@@ -77,12 +77,12 @@ def python_cold_start(timeout_s: float = 600.0) -> dict[str, Any]:
 
 
 def weight_load(safetensors_file: str | Path, gguf_file: str | Path | None = None,
-                bandwidth_bytes_s: float = 100e6, rounds: int = 1) -> list[dict[str, Any]]:
+                bandwidth_bytes_s: float | None = None, rounds: int = 1) -> list[dict[str, Any]]:
     """Load the same weights from each format in this process, ``rounds`` times in alternating order
     (safetensors first in odd rounds, the GGUF first in even ones): one row per format with ``bytes``
     (file size), ``load_runs`` (seconds to tensors in memory, dequantization included, per round),
     ``load_s`` (their median), ``params`` and ``download_s`` (computed: ``bytes / bandwidth_bytes_s``,
-    default 100 MB/s)."""
+    default :func:`pull_bps`)."""
     loaders = [("safetensors", Path(safetensors_file), _load_safetensors)]
     if gguf_file is not None:
         loaders.append(("gguf", Path(gguf_file), _load_gguf))
@@ -96,7 +96,7 @@ def weight_load(safetensors_file: str | Path, gguf_file: str | Path | None = Non
             row["load_runs"].append(time.perf_counter() - t)
     for row in rows.values():
         row["load_s"] = median_interval(row["load_runs"])["median"]
-        row["download_s"] = row["bytes"] / bandwidth_bytes_s
+        row["download_s"] = row["bytes"] / (bandwidth_bytes_s or pull_bps())
     return [rows[name] for name, _, _ in loaders]
 
 
@@ -127,16 +127,18 @@ def llamacpp_loaded_s(log: str | Path, wait_s: float = 2.0) -> float:
 
 
 def engine_start_rounds(files: dict[str, Path], rounds: int = 3, threads: int | None = None,
-                        bandwidth_bytes_s: float = 100e6) -> dict[str, dict[str, Any]]:
+                        bandwidth_bytes_s: float | None = None) -> dict[str, dict[str, Any]]:
     """llama-server started on each GGUF of ``files`` (name -> path) and stopped again, in turn,
     ``rounds`` times, the order reversed every other round: per name ``bytes``, ``download_s``
-    (computed: ``bytes / bandwidth_bytes_s``) and ``start_runs`` (seconds from the process start to
-    ``model loaded``, per round: :func:`llamacpp_loaded_s`). Chapter 08 compares the same weights as
-    4-bit blocks and as floats in one engine that reads both without converting them."""
+    (computed: ``bytes / bandwidth_bytes_s``, default :func:`pull_bps`) and ``start_runs`` (seconds
+    from the process start to ``model loaded``, per round: :func:`llamacpp_loaded_s`). Chapter 08
+    compares the same weights as 4-bit blocks and as floats in one engine that reads both without
+    converting them."""
     from ..engines import llamacpp, process
 
+    bps = bandwidth_bytes_s or pull_bps()
     out: dict[str, dict[str, Any]] = {
-        n: {"bytes": Path(f).stat().st_size, "download_s": Path(f).stat().st_size / bandwidth_bytes_s,
+        n: {"bytes": Path(f).stat().st_size, "download_s": Path(f).stat().st_size / bps,
             "start_runs": []} for n, f in files.items()}
     names = list(files)
     for r in range(rounds):
@@ -221,36 +223,57 @@ def plot_breakdown(bars: dict[str, dict[str, float]], ax: Any = None) -> Any:
 
 # --- a GPU replica's cold start, itemized (chapter 08) ----------------------------------------------
 # What a new replica on a GPU cluster waits for, each phase a labelled figure with its source. Only
-# the engine start is measured here; the rest are figures read from cited pages, stated assumptions
-# (low, typical, high), or bytes ÷ bandwidth computed from them. Sizes in bytes, bandwidths in
+# the engine start is measured here; the rest are figures read from cited pages (low, typical, high),
+# or bytes ÷ bandwidth computed from them. Sizes in bytes, bandwidths in
 # bytes/s, times in seconds.
 
 #: The serving image's compressed size: ``docker pull vllm/vllm-openai:latest`` is about 12 GB
 #: (github.com/vllm-project/vllm/issues/27154, October 2025; 9 GB on Docker Hub in August 2024,
 #: issues/7609; 28.6 GB unpacked in December 2025, pull/22377).
 IMAGE_BYTES = 12e9
-#: (low, typical, high) figures, each with where it comes from: a page that states it, or "assumed".
-ASSUMPTIONS: dict[str, tuple[float, float, float, str]] = {
-    "node_s": (0.0, 240.0, 900.0, "a cluster autoscaler adding a GPU node: 0 when a node with a free GPU is "
-               "already up; typical 4 min, assumed; high 15 min, the time cluster-autoscaler's source says a "
-               "new GPU node can take to report its GPU allocatable (kubernetes/autoscaler, "
-               "cluster-autoscaler/utils/gpu)"),
-    "registry_bps": (500e6, 150e6, 50e6, "image pull and unpack, bytes/s (assumed: a registry mirror in the "
-                     "same region at the low end, a public registry at the high end)"),
-    "storage_bps": (2e9, 200e6, 50e6, "weights read, bytes/s: a local NVMe or a cached volume (2 GB/s), the "
-                    "Hugging Face Hub from a cloud VM (200 MB/s), a slow link (50 MB/s); assumed"),
-    "capture_s": (10.0, 35.0, 60.0, "torch.compile and CUDA graph capture at vLLM's start, as vLLM logs them "
-                  "(no GPU here, so read from logs others posted): graph capture alone 10 s and with "
-                  "torch.compile 19 + 15 s for Llama-3-8B (github.com/vllm-project/vllm/pull/11005); a "
-                  "cached compile 7.5 s + capture 17 s (issues/20264); torch.compile 29 s on an 80 GB GPU "
-                  "(kubernetes-sigs/gateway-api-inference-extension/pull/550)"),
+#: (fast, typical, slow) figures, each with the pages it was read from (stored copies, read 2026-12-05;
+#: a rate computed from a page's size and time says so).
+FIGURES: dict[str, tuple[float, float, float, str]] = {
+    "node_s": (0.0, 300.0, 900.0,
+        "a cluster autoscaler adding a GPU node until pods can use its GPU: 0 when a node with a free GPU"
+        " is already up; typical 5 min: AWS GPU nodes joined and ran pods in 4-6 min "
+        "(github.com/kubernetes/autoscaler/issues/3464), an AKS A100 node took 284 s to provision and 126"
+        " s more to initialize its GPU (github.com/kaito-project/kaito/issues/2325), Microsoft calls 5-10"
+        " min expected for A100 nodes (learn.microsoft.com/en-us/answers/a/12767836); high 15 min, the "
+        "time cluster-autoscaler's source allows a new GPU node to report its GPU (kubernetes/autoscaler,"
+        " cluster-autoscaler/utils/gpu)"),
+    "registry_bps": (85e6, 55e6, 30e6,
+        "image pull and unpack, bytes/s: 5.6 GB in 101 s on an AKS node, 55 MB/s (kaito issues/2325, "
+        "computed); 15-20 GB in 4-6 min, 42-83 MB/s (an AWS Machine Learning Blog post on lazy loading, "
+        "news.chathome.org mirror, computed); unpacking held pulls to about 30-35 MB/s "
+        "(github.com/moby/moby/issues/21814, github.com/containerd/containerd/issues/2886, computed). "
+        "Image streaming or an image cached on the node skips most of it"),
+    "storage_bps": (2e9, 300e6, 40e6,
+        "weights read, bytes/s: a local NVMe (about 7 GB/s for a typical NVMe, github.com/vllm-"
+        "project/vllm/issues/15862; 373 MB/s measured with fio on a cloud VM's data disk, "
+        "github.com/ServerlessLLM/ServerlessLLM/issues/193), a network volume as deploy/ mounts (EBS gp3:"
+        " 125-1,000 MiB/s provisioned, docs.aws.amazon.com CreateVolume Throughput), one file from the "
+        "Hugging Face Hub without hf_transfer, about 40 MB/s "
+        "(github.com/huggingface/huggingface_hub/issues/2658)"),
+    "capture_s": (10.0, 35.0, 60.0,
+        "torch.compile and CUDA graph capture at vLLM's start, as vLLM logs them (no GPU here, so read "
+        "from logs others posted): graph capture alone 10 s and with torch.compile 19 + 15 s for "
+        "Llama-3-8B (github.com/vllm-project/vllm/pull/11005); a cached compile 7.5 s + capture 17 s "
+        "(issues/20264); torch.compile 29 s on an 80 GB GPU (kubernetes-sigs/gateway-api-inference-"
+        "extension/pull/550)"),
 }
+
+
+def pull_bps() -> float:
+    """The typical registry pull (bytes/s) of :data:`FIGURES`: what a download of weights or an image
+    takes in this chapter's models of a start."""
+    return FIGURES["registry_bps"][1]
 
 
 @dataclass(frozen=True)
 class Phase:
     """One phase of a cold start: ``seconds`` typical, ``low``/``high`` its range, ``kind`` measured |
-    computed | cited (read from pages others posted) | assumed, ``source``, and ``in_probe``: whether
+    computed | cited (read from pages others posted), ``source``, and ``in_probe``: whether
     it runs after the container starts, so that the startup probe's budget must cover it (node and
     image pull come before)."""
 
@@ -264,16 +287,16 @@ class Phase:
 
 
 def gpu_replica_budget(weights_bytes: float, engine_start_s: float, image_bytes: float = IMAGE_BYTES,
-                       assumptions: dict[str, tuple[float, float, float, str]] | None = None) -> list[Phase]:
+                       figures: dict[str, tuple[float, float, float, str]] | None = None) -> list[Phase]:
     """The phases of a GPU replica's cold start in order: node, image pull (``image_bytes`` ÷ registry
     bandwidth), weights (``weights_bytes`` ÷ storage bandwidth), engine start (``engine_start_s``,
     measured here: process, imports, KV allocation; range half to twice) and graph capture."""
-    a = {**ASSUMPTIONS, **(assumptions or {})}
+    a = {**FIGURES, **(figures or {})}
     if weights_bytes <= 0 or engine_start_s <= 0 or image_bytes <= 0:
         raise ValueError("weights_bytes, engine_start_s and image_bytes must be > 0")
     node, reg, sto, cap = a["node_s"], a["registry_bps"], a["storage_bps"], a["capture_s"]
     return [
-        Phase("node", node[1], node[0], node[2], "assumed", node[3], False),
+        Phase("node", node[1], node[0], node[2], "cited", node[3], False),
         Phase("image pull", image_bytes / reg[1], image_bytes / reg[0], image_bytes / reg[2], "computed",
               f"{image_bytes / 1e9:.0f} GB image ÷ {reg[3]}", False),
         Phase("weights", weights_bytes / sto[1], weights_bytes / sto[0], weights_bytes / sto[2], "computed",
@@ -321,7 +344,7 @@ def probe_covers(phases: list[Phase], probe_budget_s: float) -> dict[str, Any]:
 
 
 def plot_budget(phases: list[Phase], axes: Any = None) -> Any:
-    """Left: the typical cold start as one stacked bar (hatched: assumed). Right: each phase's range
+    """Left: the typical cold start as one stacked bar (hatched: measured here). Right: each phase's range
     moved alone (a tornado). Returns the two Axes."""
     import matplotlib.pyplot as plt
 
@@ -330,7 +353,7 @@ def plot_budget(phases: list[Phase], axes: Any = None) -> Any:
     left = 0.0
     for i, p in enumerate(phases):
         axes[0].barh(0, p.seconds, left=left, color=plt.cm.tab10(i),
-                     hatch="//" if p.kind == "assumed" else None, label=f"{p.name} ({p.kind})")
+                     hatch="//" if p.kind == "measured" else None, label=f"{p.name} ({p.kind})")
         left += p.seconds
     axes[0].set(yticks=[], xlabel="seconds", title=f"GPU replica cold start: {left / 60:.1f} min typical")
     axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)

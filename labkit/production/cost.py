@@ -134,6 +134,10 @@ def load_prices(path: str | Path | None = None) -> dict[str, Any]:
                     absent = [k for k in OWNED_FIELDS if not isinstance(own, dict) or k not in own]
                     if absent:
                         raise ValueError(f"{where}.owned is missing {absent}")
+                    assumed = entry.get("assumed", [])
+                    if not (isinstance(assumed, list) and set(assumed) <= set(OWNED_FIELDS)):
+                        raise ValueError(f"{where}.assumed must list which of {OWNED_FIELDS} are "
+                                         f"assumptions, got {assumed!r}")
                     entry["per_gpu_hour"] = owned_gpu_hour(**{k: own[k] for k in OWNED_FIELDS})
                 _number(entry["per_gpu_hour"], f"{where}.per_gpu_hour", positive=True)
             out[section][name] = entry

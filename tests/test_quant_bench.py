@@ -15,6 +15,7 @@ from labkit.llm import lowbit_kernels as LK
 from labkit.llm import perplexity as P
 from labkit.llm import quant_bench as QB
 from labkit.llm import quantize as Q
+from labkit.llm import runtime_quant as RQ
 from labkit.llm.architecture import embedding_params, load_config, param_count
 
 
@@ -150,6 +151,28 @@ def test_risk_ladder_rungs_and_the_model_restored(model, ev):
     assert risk[("KV cache", 8)]["kl"] < risk[("KV cache", 4)]["kl"]
     assert risk[("activations", 8)]["kl"] < risk[("activations", 4)]["kl"]
     assert torch.equal(P.window_logits(model, ev[:1]), ref)  # every fake quantization was undone
+
+
+def test_attention_rounded_in_the_first_rows_only_leaves_the_rest_exact_and_measures_the_carry(model):
+    ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad(), RQ.attention_quant(model):
+        exact = model(ids).logits
+    with torch.no_grad(), RQ.attention_quant(model, probs_bits=4, probs_rows=8):
+        first = model(ids).logits
+    with torch.no_grad(), RQ.attention_quant(model, probs_bits=4):
+        every = model(ids).logits
+    assert torch.equal(first[:, :8], every[:, :8]) and not torch.equal(first[:, :8], exact[:, :8])
+    assert not torch.equal(first[:, 8:], every[:, 8:])  # rows after 8 are not rounded...
+    late = (first[:, 8:] - exact[:, 8:]).abs().max()
+    assert late < (every[:, 8:] - exact[:, 8:]).abs().max()  # ...so they move less than when rounded
+    r = QB.attention_error_carry(model, ids, bits=1)  # coarse: KL well above float32 rounding here
+    assert len(r["carried"]) == len(r["growth"]) == 2 and all(x >= 0 for x in r["carried"])
+    assert [len(v) for v in r["by_position"].values()] == [32, 32]
+    q = r["quarters"]
+    assert q["first rows"][0] == pytest.approx(q["every row"][0])  # the first quarter is rounded in both
+    assert all(a <= b + 1e-9 for a, b in zip(q["first rows"][1:], q["every row"][1:], strict=True))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, P.window_logits(model, ids))  # and the model is restored
 
 
 def test_bytes_per_param_rule():

@@ -15,6 +15,7 @@ from ..llm import quant_bench as QB
 from ..llm.architecture import load_config
 from ..llm.memory import weight_bytes
 from ..results import record, unmeasured
+from ..stats import median_interval
 from . import take
 
 
@@ -214,6 +215,19 @@ def keep(page: Mapping[str, Any]) -> None:
                f"KV cache alone at {b} bits, keys and values per token, 128 held-out tokens")
         record("optimization", f"kl_kv_{b}bit_kivi", risk[(QB.KIVI, b)]["kl"], "nats/token",
                f"KV cache alone at {b} bits, KIVI-style (asymmetric, keys per channel), 128 held-out tokens")
+
+    carry = take(page, "carry")[0]  # attention rounded to INT8, three 512-token stretches, float32
+    for key, figure, unit, how in (
+            ("attention_error_carried_share", "carried", "fraction",
+             "KL at the 384 tokens after the first 128 ÷ KL at those 128, when only the first 128 query "
+             "rows' attention probabilities were rounded to INT8"),
+            ("attention_error_growth_every_row", "growth", "x",
+             "KL in a window's last 128 positions ÷ its first 128, every row's attention probabilities "
+             "at INT8")):
+        iv = median_interval(carry[figure])
+        record("optimization", key, iv["median"], unit,
+               f"{how}; float32, median and range over {iv['n']} 512-token stretches of the held-out text",
+               spread=(iv["lo"], iv["hi"], int(iv["n"])))
 
     # Going further: how much calibration text GPTQ needs
     if "sweep_vs" in page:

@@ -181,7 +181,8 @@ def perplexity(model: Any, ids: torch.Tensor) -> dict:
 def divergence(ref_logits: torch.Tensor, logits: torch.Tensor, ref_logp: torch.Tensor | None = None) -> dict:
     """How far ``logits`` are from ``ref_logits`` (same shape): ``{"kl"`` mean KL(ref || other) in
     nats per position, ``"top1"`` fraction of positions with the same argmax, ``"kl_per_pos"``
-    KL averaged over windows, by position}``. ``ref_logp``: ``log_softmax(ref_logits)`` if already
+    KL averaged over windows, by position, ``"kl_tokens"`` each position's KL (windows x
+    positions)}``. ``ref_logp``: ``log_softmax(ref_logits)`` if already
     computed (a baseline compared with several models)."""
     return divergence_logp(torch.log_softmax(ref_logits.float(), -1) if ref_logp is None else ref_logp,
                            torch.log_softmax(logits.float(), -1))
@@ -195,7 +196,7 @@ def divergence_logp(p: torch.Tensor, q: torch.Tensor, ref: dict[str, torch.Tenso
         ref = {"p": probs, "p_logp": torch.linalg.vecdot(probs, p), "top": p.argmax(-1)}
     kl = ref["p_logp"] - torch.linalg.vecdot(ref["p"], q)
     return {"kl": float(kl.mean()), "top1": float((ref["top"] == q.argmax(-1)).float().mean()),
-            "kl_per_pos": kl.mean(0)}
+            "kl_per_pos": kl.mean(0), "kl_tokens": kl}
 
 
 @torch.inference_mode()

@@ -184,6 +184,34 @@ def risk_ladder(model: nn.Module, ids: torch.Tensor, ref_logits: torch.Tensor,
     return out
 
 
+@torch.inference_mode()
+def attention_error_carry(model: nn.Module, windows: torch.Tensor, bits: int = 8) -> dict[str, Any]:
+    """Does an error made in attention carry on to the tokens after it (chapter 06)? ``windows``
+    (n x L) are scored with the same eager attention (:func:`~labkit.llm.runtime_quant.attention_quant`)
+    three ways: exact (the reference), every query row's probabilities rounded to ``bits``, and only
+    the first quarter's rows rounded. Per window, ``carried``: with only the first quarter rounded, the
+    mean KL from the reference at the positions after it ÷ the mean KL at the rounded positions (an
+    error that compounds keeps 1 or more; one that fades, near 0); ``growth``: with every row rounded,
+    the last quarter's mean KL ÷ the first quarter's. ``quarters``: ``{"first rows": [...], "every
+    row": [...]}``, KL by quarter averaged over the windows (nats per position); ``by_position``: the
+    same two, position by position (L values each)."""
+    n, length = windows.shape
+    first = length // 4
+    with RQ.attention_quant(model):
+        ref = torch.log_softmax(P.window_logits(model, windows), -1)
+    kl = {}
+    for label, rows in (("first rows", first), ("every row", None)):
+        with RQ.attention_quant(model, probs_bits=bits, probs_rows=rows):
+            logq = torch.log_softmax(P.window_logits(model, windows), -1)
+        kl[label] = P.divergence_logp(ref, logq)["kl_tokens"]
+    once, every = kl["first rows"], kl["every row"]
+    return {"carried": (once[:, first:].mean(1) / once[:, :first].mean(1)).tolist(),
+            "growth": (every[:, -first:].mean(1) / every[:, :first].mean(1)).tolist(),
+            "quarters": {k: v[:, : 4 * first].reshape(n, 4, first).mean((0, 2)).tolist()
+                         for k, v in kl.items()},
+            "by_position": {k: v.mean(0).tolist() for k, v in kl.items()}}
+
+
 KV_VARIANTS: dict[str, dict[str, Any]] = {  # label -> attention_quant settings for the continuation's pass
     "INT8, prefix and continuation": {"kv_bits": 8},
     "INT4 per token": {"kv_bits": 4},

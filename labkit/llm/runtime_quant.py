@@ -99,14 +99,14 @@ def activation_quant(model: nn.Module, bits: int = 8, skip: tuple[str, ...] = ("
 
 
 _ATTN = "labkit_quant_attention"
-_ATTN_BITS: dict[str, int | None] = {"kv": None, "probs": None, "kivi": None}
+_ATTN_BITS: dict[str, int | None] = {"kv": None, "probs": None, "kivi": None, "rows": None}
 
 
 def _quant_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0,
                      **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention with optional fake-quantized K/V (per token and head, or KIVI-style) and
-    probabilities (unsigned, one scale per query row)."""
+    probabilities (unsigned, one scale per query row; only the first ``rows`` query rows when set)."""
     if _ATTN_BITS["kv"]:
         if _ATTN_BITS["kivi"]:
             key, value = fake_quant_kivi(key, value, _ATTN_BITS["kv"])
@@ -122,28 +122,32 @@ def _quant_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     if _ATTN_BITS["probs"]:
         levels = 2 ** _ATTN_BITS["probs"] - 1
         step = probs.amax(-1, keepdim=True) / levels
-        probs = torch.round(probs / step) * step
+        rows = _ATTN_BITS["rows"] or probs.shape[-2]
+        probs = torch.cat([torch.round(probs[..., :rows, :] / step[..., :rows, :]) * step[..., :rows, :],
+                           probs[..., rows:, :]], dim=-2)
     out = torch.matmul(probs.to(query.dtype), value)
     return out.transpose(1, 2).contiguous(), probs
 
 
 @contextlib.contextmanager
 def attention_quant(model: nn.Module, kv_bits: int | None = None, probs_bits: int | None = None,
-                    kivi: bool = False) -> Iterator[None]:
+                    kivi: bool = False, probs_rows: int | None = None) -> Iterator[None]:
     """Within the block, the model's attention runs :func:`_quant_attention` (eager, with an eager
     mask) with K/V rounded to ``kv_bits`` and/or the softmax output to ``probs_bits``. K/V are rounded
     per token and head (symmetric, :func:`quantize_kv`), or KIVI-style with ``kivi``
-    (:func:`fake_quant_kivi`: asymmetric, keys per channel, values per token)."""
+    (:func:`fake_quant_kivi`: asymmetric, keys per channel, values per token). ``probs_rows``: round
+    only the first that many query rows' probabilities (in a pass over a whole window without a
+    cache, row i is position i), the rest kept exact."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
     AttentionInterface.register(_ATTN, _quant_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(_ATTN, eager_mask)
     before = model.config._attn_implementation
-    _ATTN_BITS.update(kv=kv_bits, probs=probs_bits, kivi=int(kivi))
+    _ATTN_BITS.update(kv=kv_bits, probs=probs_bits, kivi=int(kivi), rows=probs_rows)
     model.config._attn_implementation = _ATTN
     try:
         yield
     finally:
         model.config._attn_implementation = before
-        _ATTN_BITS.update(kv=None, probs=None, kivi=None)
+        _ATTN_BITS.update(kv=None, probs=None, kivi=None, rows=None)

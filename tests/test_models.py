@@ -171,3 +171,18 @@ def test_quiet_loading_hides_the_loading_bar_and_restores_it(monkeypatch):
     monkeypatch.setattr("labkit.settings.watched", lambda: True)
     with models.quiet_loading(download=True):  # a hub download in front of a person keeps its bars
         assert tf_logging.is_progress_bar_enabled()
+
+
+def test_the_second_family_is_joined_from_its_four_parts_and_verified(tmp_path, monkeypatch):
+    m = models.GEMMA3_270M
+    path = models.gguf_path("gemma3-270m")
+    assert path.name == m["file"] and path.stat().st_size == m["size"]
+    monkeypatch.setattr(models, "cache_dir", lambda: tmp_path)  # a fresh cache: join again, from bad parts
+    parts = []
+    for i in range(4):
+        parts.append(tmp_path / f"x.gguf.part{i:02d}")
+        parts[-1].write_bytes(b"\0" * 16)
+    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix: parts[int(suffix[-2:])])
+    with pytest.raises(models.ProvisionError, match=r"reinstall the parts.*gguf-part4==1\.0\.0"):
+        models.gguf_path("gemma3-270m")
+    assert not list((tmp_path / "gemma3-270m").iterdir())  # nothing half-joined is left behind

@@ -114,10 +114,15 @@ def keep(page: Mapping[str, Any]) -> None:
            "a pair of models each set separates (exact McNemar p < "
            "0.05) in opposite directions: 180 held-out invoice items vs 54 generic items")
     record("selection", "pairs_only_domain_separates", len(only_domain), "pairs", f"of {len(sep_domain)}")
-    for k, key in (("base", "base"), ("fine-tuned", "tuned")):
+    other, scores = take(page, "OTHER scores")
+    for k, key in (("base", "base"), ("fine-tuned", "tuned"), (other, "other_family")):
         w = wilson(generic_scores[k]["correct"], generic_scores[k]["n"])
         record("selection", f"{key}_generic_score", w["p"], "fraction",
-               "54 generic items; 95% Wilson interval", spread=(w["lo"], w["hi"], int(w["n"])))
+               f"{k}: 54 generic items; 95% Wilson interval", spread=(w["lo"], w["hi"], int(w["n"])))
+    w = wilson(scores[other]["correct"], scores[other]["n"])
+    record("selection", "other_family_domain_score", w["p"], "fraction",
+           f"{other} (base model, bare prompt): 180 held-out invoice items; 95% Wilson interval",
+           spread=(w["lo"], w["hi"], int(w["n"])))
 
     # 8 · 200 vs 30 tokens/s as the wait for an answer
     wait_ratio = take(page, "wait_ratio")[0]

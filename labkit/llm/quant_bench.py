@@ -192,11 +192,9 @@ def attention_error_carry(model: nn.Module, windows: torch.Tensor, bits: int = 8
     the first quarter's rows rounded. Per window, ``carried``: with only the first quarter rounded, the
     mean KL from the reference at the positions after it ÷ the mean KL at the rounded positions (an
     error that compounds keeps 1 or more; one that fades, near 0); ``growth``: with every row rounded,
-    the last quarter's mean KL ÷ the first quarter's. ``quarters``: ``{"first rows": [...], "every
-    row": [...]}``, KL by quarter averaged over the windows (nats per position); ``by_position``: the
-    same two, position by position (L values each)."""
-    n, length = windows.shape
-    first = length // 4
+    the last quarter's mean KL ÷ the first quarter's. ``by_position``: ``{"first rows": [...], "every
+    row": [...]}``, each position's KL averaged over the windows (L values each, nats per position)."""
+    first = windows.shape[1] // 4
     with RQ.attention_quant(model):
         ref = torch.log_softmax(P.window_logits(model, windows), -1)
     kl = {}
@@ -207,8 +205,6 @@ def attention_error_carry(model: nn.Module, windows: torch.Tensor, bits: int = 8
     once, every = kl["first rows"], kl["every row"]
     return {"carried": (once[:, first:].mean(1) / once[:, :first].mean(1)).tolist(),
             "growth": (every[:, -first:].mean(1) / every[:, :first].mean(1)).tolist(),
-            "quarters": {k: v[:, : 4 * first].reshape(n, 4, first).mean((0, 2)).tolist()
-                         for k, v in kl.items()},
             "by_position": {k: v.mean(0).tolist() for k, v in kl.items()}}
 
 

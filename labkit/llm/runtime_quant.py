@@ -122,9 +122,8 @@ def _quant_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     if _ATTN_BITS["probs"]:
         levels = 2 ** _ATTN_BITS["probs"] - 1
         step = probs.amax(-1, keepdim=True) / levels
-        rows = _ATTN_BITS["rows"] or probs.shape[-2]
-        probs = torch.cat([torch.round(probs[..., :rows, :] / step[..., :rows, :]) * step[..., :rows, :],
-                           probs[..., rows:, :]], dim=-2)
+        rounded, rows = torch.round(probs / step) * step, _ATTN_BITS["rows"]
+        probs = rounded if rows is None else torch.cat([rounded[..., :rows, :], probs[..., rows:, :]], dim=-2)
     out = torch.matmul(probs.to(query.dtype), value)
     return out.transpose(1, 2).contiguous(), probs
 

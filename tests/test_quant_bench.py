@@ -114,6 +114,22 @@ def test_torchao_int8_takes_one_byte_per_weight_plus_row_scales(model, base):
     assert P.divergence(base.logits, P.window_logits(ma, base.ev))["kl"] < 1e-3
 
 
+def test_torchao_w8a8_computes_the_model_and_its_times_split_the_layer(model, base):
+    pytest.importorskip("torchao")
+    w8a8 = LK.torchao_w8a8(model)
+    assert type(model.model.layers[0].mlp.up_proj.weight) is nn.Parameter  # the original is untouched
+    assert w8a8.model.layers[0].mlp.up_proj.weight.qdata.dtype == torch.int8
+    assert P.divergence(base.logits, P.window_logits(w8a8, base.ev))["kl"] < 1e-2
+    ids = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(2))  # _int_mm: over 16 rows
+    t = LK.w8a8_times(model, w8a8, ids, rounds=3)
+    assert t["tokens"] == 32 and t["layers"] == 7  # q, k, v, o, gate, up, down of the first block
+    assert set(t["prefill_s"]) == {"float", "W8A8"} and set(t["linear_s"]) == {
+        "float matmul", "INT8 x INT8 matmul", "W8A8 layer"}
+    assert all(v.shape == (3,) and (v > 0).all() for d in (t["prefill_s"], t["linear_s"]) for v in d.values())
+    calls = LK._linear_calls(model.model.layers[0].mlp.up_proj, w8a8.model.layers[0].mlp.up_proj, 32, "cpu")
+    assert calls["INT8 x INT8 matmul"]().dtype == torch.int32 and calls["W8A8 layer"]().shape == (32, 128)
+
+
 @pytest.mark.skipif(not LK.has_fused_cpu_kernels(), reason="this torch has no fused INT4/INT8 CPU kernels")
 @pytest.mark.parametrize("in_features", [256, 576])  # 576: not whole groups of 128, so groups of 64
 def test_fused_kernels_compute_labkits_round_to_nearest_product(in_features):

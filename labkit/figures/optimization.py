@@ -229,6 +229,22 @@ def keep(page: Mapping[str, Any]) -> None:
                f"{how}; float32, median and range over {iv['n']} 512-token stretches of the held-out text",
                spread=(iv["lo"], iv["hi"], int(iv["n"])))
 
+    aq, aq_ratio, aq_div = take(page, "aq aq_ratio aq_div")  # W8A8 (torchao) against the float model
+    rows = f"the first block's {aq['layers']} linear layers at {aq['tokens']} rows"
+    for key, figure, how in (
+            ("w8a8_prefill_speedup", "prefill",
+             f"W8A8 / {fp_name} prefill tokens/s, {aq['tokens']} held-out tokens"),
+            ("w8a8_int8_matmul_speedup", "matmul",
+             f"{fp_name} matmul time / INT8 x INT8 matmul alone, {rows}"),
+            ("w8a8_layer_speedup", "layer", f"{fp_name} matmul time / the whole W8A8 call, {rows}"),
+            ("w8a8_gain_kept", "kept", f"INT8 x INT8 matmul alone / the whole W8A8 call (time), {rows}")):
+        r = aq_ratio[figure]
+        record("optimization", key, r["median"], "x",
+               f"{how}; median of {r['n']} interleaved rounds' ratios, torchao W8A8, run eagerly",
+               spread=(r["lo"], r["hi"], int(r["n"])))
+    record("optimization", "w8a8_prefill_kl", aq_div["kl"], "nats/token",
+           f"KL from the {fp_name} model, W8A8 in every quantized layer, {aq['tokens']} held-out tokens")
+
     # Going further: how much calibration text GPTQ needs
     if "sweep_vs" in page:
         for label, (vs, tokens) in page["sweep_vs"].items():

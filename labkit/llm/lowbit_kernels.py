@@ -3,8 +3,9 @@
 labkit's :class:`~labkit.llm.quantize.QuantLinear` dequantizes its weight before an ordinary
 matmul, so it saves memory but not time. The kernels here multiply the low-bit codes directly:
 PyTorch's fused weight-only CPU kernels (``aten._weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``;
-:func:`kernel_calls`, :func:`kernel_times` in microseconds, :func:`fused_int8_model`) and torchao's
-INT8 weight-only format (:func:`torchao_int8`).
+:func:`kernel_calls`, :func:`kernel_times` in microseconds, :func:`fused_int8_model`), torchao's
+INT8 weight-only format (:func:`torchao_int8`) and its INT8 activations x INT8 weights
+(:func:`torchao_w8a8`, timed against the float model by :func:`w8a8_times`).
 """
 
 from __future__ import annotations
@@ -12,30 +13,80 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..hardware.microbench import time_fn
+from ..hardware.microbench import interleaved_times, time_fn
 from . import quantize as Q
+
+
+def _torchao_copy(model: nn.Module, config: Any) -> tuple[nn.Module, set[str]]:
+    """A copy of ``model`` with torchao's ``config`` on the layers labkit quantizes, and their names."""
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    from torchao.quantization import quantize_
+
+    names = {n for n, _ in Q.quantizable_linears(model)}
+    m = copy.deepcopy(model)
+    quantize_(m, config, filter_fn=lambda mod, fqn: fqn in names)
+    return m, names
 
 
 def torchao_int8(model: nn.Module) -> tuple[nn.Module, int]:
     """A copy of ``model`` in torchao's INT8 weight-only format on the layers labkit quantizes, and
     the bytes of its quantized weights (the tensors inside torchao's tensor subclass)."""
-    logging.getLogger("torchao").setLevel(logging.ERROR)
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    from torchao.quantization import Int8WeightOnlyConfig
 
-    names = {n for n, _ in Q.quantizable_linears(model)}
-    m = copy.deepcopy(model)
-    quantize_(m, Int8WeightOnlyConfig(), filter_fn=lambda mod, fqn: fqn in names)
+    m, names = _torchao_copy(model, Int8WeightOnlyConfig())
     nbytes = 0
     for n in names:
         w = m.get_submodule(n).weight
         nbytes += sum(getattr(w, k).numel() * getattr(w, k).element_size() for k in w.__tensor_flatten__()[0])
     return m, nbytes
+
+
+def torchao_w8a8(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with torchao's INT8 activations x INT8 weights
+    (``Int8DynamicActivationInt8WeightConfig``) on the layers labkit quantizes: every call rounds its
+    input to INT8 with one scale per token, multiplies INT8 by INT8 into INT32 (``aten._int_mm``) and
+    rescales the result to the input's dtype; the weights keep one scale per output row. torchao writes
+    the CPU path as separate operations for Inductor to fuse; run eagerly, each is its own pass."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig
+
+    return _torchao_copy(model, Int8DynamicActivationInt8WeightConfig())[0]
+
+
+def w8a8_times(model: nn.Module, w8a8: nn.Module, ids: torch.Tensor, rounds: int = 5,
+               device: str = "cpu") -> dict[str, Any]:
+    """Chapter 06 ("Activations: the throughput side"), seconds, the two models timed in turn:
+
+    * ``prefill_s``: ``{"float": array, "W8A8": array}``, one prefill of ``ids`` (1 x T token ids,
+      the last position's logits only) per round, ``rounds`` rounds after one untimed each;
+    * ``linear_s``: the first block's linear layers on T rows in ``model``'s dtype, round by round
+      (each round's times summed over the block's layers): ``float matmul``, ``INT8 x INT8 matmul``
+      (``aten._int_mm`` alone, on INT8 operands made beforehand, the weight laid out as torchao lays
+      it) and ``W8A8 layer`` (torchao's whole call: round the input, multiply, rescale)."""
+    with torch.inference_mode():
+        prefill = interleaved_times({"float": lambda: model(ids, logits_to_keep=1),
+                                     "W8A8": lambda: w8a8(ids, logits_to_keep=1)},
+                                    device, repeats=rounds, warmup=1)
+        block = [(n, lin) for n, lin in Q.quantizable_linears(model) if ".layers.0." in f".{n}"]
+        per_layer = [interleaved_times(_linear_calls(lin, w8a8.get_submodule(name), ids.shape[-1], device),
+                                       device, repeats=rounds, warmup=1) for name, lin in block]
+    linear = {k: np.sum([t[k] for t in per_layer], axis=0) for k in per_layer[0]}
+    return {"prefill_s": prefill, "linear_s": linear, "tokens": int(ids.shape[-1]), "layers": len(block)}
+
+
+def _linear_calls(lin: nn.Linear, qlin: nn.Module, rows: int, device: str
+                  ) -> dict[str, Callable[[], torch.Tensor]]:
+    x = torch.randn(rows, lin.in_features, dtype=lin.weight.dtype, device=device)
+    xq = (x / x.abs().amax(-1, keepdim=True).clamp_min(1e-8) * 127).round().to(torch.int8)
+    wq_t = qlin.weight.qdata.contiguous().t()
+    return {"float matmul": lambda: F.linear(x, lin.weight),
+            "INT8 x INT8 matmul": lambda: torch._int_mm(xq, wq_t), "W8A8 layer": lambda: qlin(x)}
 
 
 def has_fused_cpu_kernels() -> bool:  # the fused weight-only INT8/INT4 CPU matmuls (torch.ops.aten)

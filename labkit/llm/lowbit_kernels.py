@@ -61,7 +61,8 @@ def torchao_w8a8(model: nn.Module) -> nn.Module:
 
 def w8a8_times(model: nn.Module, w8a8: nn.Module, ids: torch.Tensor, rounds: int = 5,
                device: str = "cpu") -> dict[str, Any]:
-    """Chapter 06 ("Activations: the throughput side"), seconds, the two models timed in turn:
+    """Chapter 06 ("Activations in INT8: what the throughput gain costs"), seconds, the two models
+    timed in turn:
 
     * ``prefill_s``: ``{"float": array, "W8A8": array}``, one prefill of ``ids`` (1 x T token ids,
       the last position's logits only) per round, ``rounds`` rounds after one untimed each;

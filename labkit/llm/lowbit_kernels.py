@@ -84,7 +84,7 @@ def w8a8_times(model: nn.Module, w8a8: nn.Module, ids: torch.Tensor, rounds: int
 def _linear_calls(lin: nn.Linear, qlin: nn.Module, rows: int, device: str
                   ) -> dict[str, Callable[[], torch.Tensor]]:
     x = torch.randn(rows, lin.in_features, dtype=lin.weight.dtype, device=device)
-    xq = (x / x.abs().amax(-1, keepdim=True).clamp_min(1e-8) * 127).round().to(torch.int8)
+    xq = Q.round_to_grid(x, Q.group_scales(x, 8, None), 8)  # one scale per row (token), as torchao rounds
     wq_t = qlin.weight.qdata.contiguous().t()
     return {"float matmul": lambda: F.linear(x, lin.weight),
             "INT8 x INT8 matmul": lambda: torch._int_mm(xq, wq_t), "W8A8 layer": lambda: qlin(x)}

@@ -125,8 +125,16 @@ def test_the_canary_takes_over_the_deployment_and_rolls_back_on_its_criteria():
     assert c["analysis"]["templates"] == [{"templateName": "qwen3-4b-canary"}]
     assert c["analysis"]["startingStep"] == 1  # from the first pause, with the canary at 5%
     assert {a["valueFrom"]["podTemplateHashValue"] for a in c["analysis"]["args"]} == {"Latest", "Stable"}
-    served = _one(docs, "AnalysisTemplate", "qwen3-4b-canary-served")["spec"]["metrics"][0]
-    assert str(canary.MIN_REQUESTS) in served["successCondition"] and served["count"] == 1
+    step = {m["name"]: m for m in _one(docs, "AnalysisTemplate", "qwen3-4b-canary-served")["spec"]["metrics"]}
+    assert {m["count"] for m in step.values()} == {1}
+    assert step["canary-served"]["failureCondition"] == "len(result) == 0 || result[0] < 1"
+    # the evidence reads windows of the judge's length that lie wholly in the step, at its end
+    judged = step["canary-judged"]
+    assert str(canary.MIN_REQUESTS) in judged["successCondition"]
+    query = judged["provider"]["prometheus"]["query"]
+    assert f"[{canary.WINDOW}]" in query and f"[{canary.JUDGED_SPAN_S}s:{canary.SAMPLE_S}s]" in query
+    assert canary.WINDOW_S + canary.JUDGED_SPAN_S == canary.STEP_PAUSE_S
+    assert canary.ANALYSIS_INTERVAL_S <= canary.JUDGED_SPAN_S   # a measurement falls in that span
 
 
 def test_the_warm_pool_holds_a_servers_node_below_every_server():

@@ -55,6 +55,19 @@ def test_too_little_traffic_is_never_judged_and_the_paused_canary_is_promoted():
     assert can["requests_exposed"] == pytest.approx(bg["requests_exposed"], rel=0.5)
 
 
+def test_a_step_whose_windows_hold_too_few_answers_pauses_though_the_step_has_enough():
+    # 5% of 10 requests/s: 300 answers in the 600 s step, but about 150 in each 5-minute window, so
+    # the measurement taken during the step was not judged: the evidence check must pause there
+    mid: dict[str, Any] = dict(BUSY, replicas=10, rps=10.0)
+    can = rollout.rollout("canary", **mid, bad=False, base_error_rate=0.0)
+    assert can["outcome"] == "promoted" and can["pauses"] == 1       # the 5% step only (25%: ~750)
+    j = _judge(0.5, [])                                              # 150 answers a window, 300 a step
+    assert j.returned(0.0, 600.0)[0] >= canary.MIN_REQUESTS > j.judged_floor(600.0)
+    assert _judge(1.0, []).judged_floor(600.0) == 300 >= canary.MIN_REQUESTS
+    with pytest.raises(ValueError, match="a whole window"):
+        rollout.rollout("canary", **dict(mid, step_s=canary.WINDOW_S))
+
+
 def _judge(n_per_s: float, failed: list[int], p_new: float = 0.5) -> rollout._Judge:
     arr = np.arange(0.0, 3000.0, 1 / n_per_s)
     fail = np.ones(arr.size)

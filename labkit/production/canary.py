@@ -19,8 +19,11 @@ simulation imports them) and Argo Rollouts objects, ``deploy/k8s/optional/canary
   :data:`TTFT_P99_RATIO_LIMIT`, judged only once the canary has served :data:`MIN_REQUESTS`. More
   than :data:`FAILURE_LIMIT` failed measurements of either abort the rollout: Argo sets the canary's
   weight to 0 and scales it down (the rollback);
-* at the end of each step, an evidence check: the canary must have served :data:`MIN_REQUESTS`
-  in the step, or the rollout pauses for a person (none at all: it aborts, the routing is broken).
+* at the end of each step, an evidence check: every window of :data:`WINDOW` that ends in the
+  step's last :data:`JUDGED_SPAN_S` s (so lies wholly in the step) must hold :data:`MIN_REQUESTS`
+  of the canary's answers, sampled every :data:`SAMPLE_S` s; the background measurement taken in that
+  span (there is one: :data:`ANALYSIS_INTERVAL_S` is no longer) was then judged. Otherwise the
+  rollout pauses for a person; no answer at all in the step aborts it (the routing is broken).
 
 Pods are told apart by ``rollouts-pod-template-hash``, which the PodMonitor copies onto every series.
 Nothing here was run on a cluster.
@@ -50,6 +53,12 @@ WINDOW = f"{WINDOW_S // 60}m"
 # windows, one pair of errors fails up to five measurements in a row and FAILURE_LIMIT means nothing.
 ANALYSIS_INTERVAL_S = WINDOW_S
 FAILURE_LIMIT = 1  # failed measurements tolerated per metric; the next one rolls back
+# The evidence at a step's end reads the windows that end in its last JUDGED_SPAN_S s (each lies
+# wholly in the step, at its weight); one background measurement is taken in that span.
+JUDGED_SPAN_S = STEP_PAUSE_S - WINDOW_S
+SAMPLE_S = 30  # the subquery's resolution (s): windows ending every 30 s are read
+if not 0 < ANALYSIS_INTERVAL_S <= JUDGED_SPAN_S:
+    raise ValueError("a step must hold a whole window and one measurement after it")
 ROLLOUTS_API = "argoproj.io/v1alpha1"
 PLUGIN = "argoproj-labs/gatewayAPI"
 HASH_LABEL = "rollouts_pod_template_hash"  # the PodMonitor copies rollouts-pod-template-hash
@@ -88,6 +97,15 @@ def served_query(name: str, namespace: str = NAMESPACE) -> str:
     return f"sum(increase(http_requests_total{{{c}}}[{STEP_PAUSE_S}s]))"
 
 
+def judged_query(name: str, namespace: str = NAMESPACE) -> str:
+    """PromQL: the fewest answers the canary brought into one :data:`WINDOW` among the windows that end
+    in the step's last :data:`JUDGED_SPAN_S` s (every :data:`SAMPLE_S` s): at least
+    :data:`MIN_REQUESTS` means the measurement taken there was judged."""
+    c = _sel(name, namespace, "canary-hash")
+    return (f"min_over_time(sum(increase(http_requests_total{{{c}}}[{WINDOW}]))"
+            f"[{JUDGED_SPAN_S}s:{SAMPLE_S}s])")
+
+
 def _metric(name: str, query: str, limit: float, prometheus_url: str) -> dict[str, Any]:
     return {"name": name, "interval": f"{ANALYSIS_INTERVAL_S}s", "failureLimit": FAILURE_LIMIT,
             "successCondition": f"len(result) == 0 || result[0] <= {limit:g}",
@@ -106,15 +124,18 @@ def analysis_templates(name: str, namespace: str = NAMESPACE,
                          prometheus_url),
                  _metric("ttft-p99-vs-stable", ttft_ratio_query(name, namespace), TTFT_P99_RATIO_LIMIT,
                          prometheus_url)]}}
+    def once(metric: str, query: str, success: str, failure: str) -> dict[str, Any]:
+        return {"name": metric, "count": 1, "successCondition": success, "failureCondition": failure,
+                "provider": {"prometheus": {"address": prometheus_url, "query": query}}}
+
     served = {"apiVersion": ROLLOUTS_API, "kind": "AnalysisTemplate",
               "metadata": {"name": f"{name}-canary-served", "namespace": namespace},
-              "spec": {"args": args[:1], "metrics": [{
-                  "name": "canary-served", "count": 1,
+              "spec": {"args": args[:1], "metrics": [
+                  once("canary-served", served_query(name, namespace), "len(result) > 0 && result[0] >= 1",
+                       "len(result) == 0 || result[0] < 1"),
                   # fewer than MIN_REQUESTS: neither condition holds, inconclusive, the rollout pauses
-                  "successCondition": f"len(result) > 0 && result[0] >= {MIN_REQUESTS}",
-                  "failureCondition": "len(result) == 0 || result[0] < 1",
-                  "provider": {"prometheus": {"address": prometheus_url,
-                                              "query": served_query(name, namespace)}}}]}}
+                  once("canary-judged", judged_query(name, namespace),
+                       f"len(result) > 0 && result[0] >= {MIN_REQUESTS}", "len(result) == 0")]}}
     return [judge, served]
 
 

@@ -20,8 +20,12 @@ set is scaled to full size, takes all the traffic and the stable one goes
   than :data:`~labkit.production.canary.FAILURE_LIMIT` failed measurements of one metric roll back:
   the new version's traffic returns to the old set ``react_s`` s later. The canary is watched from
   its first weight until it takes all the traffic, blue-green for one step after its switch;
-* the canary's evidence check at the end of each step: fewer than ``MIN_REQUESTS`` answers in the step
-  pause the rollout (none at all aborts it) until a person resumes it, ``person_s`` later.
+* the canary's evidence check at the end of each step, as that file's PromQL reads it: when a window of
+  ``WINDOW_S`` s ending in the step's last ``step_s - WINDOW_S`` s (one every
+  :data:`~labkit.production.canary.SAMPLE_S` s; each lies wholly in the step, and a measurement falls
+  among them) holds fewer than ``MIN_REQUESTS`` of the new
+  version's answers, the measurement taken there may have gone unjudged: the rollout pauses until a
+  person resumes it, ``person_s`` later (no answer in the whole step aborts it).
 
 Both versions fail ``base_error_rate`` of their answers; a bad new version fails ``error_rate`` and
 its times to first token are ``ttft_factor`` times the old version's. A request's time to first token
@@ -56,7 +60,9 @@ from .canary import (
     ANALYSIS_INTERVAL_S,
     ERROR_RATIO_LIMIT,
     FAILURE_LIMIT,
+    JUDGED_SPAN_S,
     MIN_REQUESTS,
+    SAMPLE_S,
     STEP_PAUSE_S,
     TTFT_P99_RATIO_LIMIT,
     WEIGHTS,
@@ -120,6 +126,12 @@ class _Judge:
             return math.nan
         return float(np.quantile(self.ttft[new], 0.99) * self.slow / np.quantile(self.ttft[old], 0.99))
 
+    def judged_floor(self, t: float, span_s: float = JUDGED_SPAN_S) -> int:
+        """The fewest new-version answers in one window among those ending in the last ``span_s`` s
+        before ``t``, every ``SAMPLE_S`` s (the evidence step's subquery)."""
+        ends = t - np.arange(0, span_s, SAMPLE_S)
+        return min(self.returned(c - WINDOW_S, c)[0] for c in ends)
+
     def watch(self, t0: float, t1: float) -> float | None:
         """Take the measurements due in (t0, t1]; the time of the one that rolls back, or None."""
         if math.isnan(self.start):
@@ -171,7 +183,7 @@ def _canary(j: _Judge, r: int, splits: Sequence[float], step_s: float, cold_s: f
         served, t = j.returned(t, t + step_s)[0], t + step_s
         if served < 1:                                # the evidence check: routing is broken
             return plan, t, pauses
-        if served < MIN_REQUESTS:                     # inconclusive: paused until a person resumes it
+        if j.judged_floor(t, step_s - WINDOW_S) < MIN_REQUESTS:  # inconclusive: paused for a person
             pauses += 1
             if (abort := j.watch(t, t + person_s)) is not None:
                 return plan, abort, pauses
@@ -199,11 +211,13 @@ def rollout(strategy: str, replicas: int, rps: float, service_s: Service, slots_
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: choose one of {STRATEGIES}")
     if not (isinstance(replicas, int | np.integer) and min(replicas, slots_per_replica) >= 1 and rps > 0
-            and list(splits) == sorted(splits) and 0 < splits[0] and splits[-1] == 1.0 and step_s > 0
+            and list(splits) == sorted(splits) and 0 < splits[0] and splits[-1] == 1.0
+            and step_s >= WINDOW_S + ANALYSIS_INTERVAL_S
             and cold_start_s >= 0 and react_s >= 0 and person_s >= 0 and 0 < error_rate <= 1
             and 0 <= base_error_rate < 1 and horizon_s > 0 and ttft_factor > 0 and ttft_sigma >= 0):
         raise ValueError("need integer replicas and slots_per_replica >= 1, rps > 0, splits rising from "
-                         "above 0 to 1.0, step_s > 0, cold_start_s, react_s and person_s >= 0 s, "
+                         f"above 0 to 1.0, step_s >= {WINDOW_S + ANALYSIS_INTERVAL_S} s (a whole window and "
+                         "a measurement after it), cold_start_s, react_s and person_s >= 0 s, "
                          "0 < error_rate <= 1, 0 <= base_error_rate < 1, horizon_s > 0, ttft_factor > 0, "
                          "ttft_sigma >= 0")
     rng = np.random.default_rng(seed)

@@ -14,7 +14,7 @@ import yaml
 
 from labkit.llm.architecture import load_config
 from labkit.paths import REPO
-from labkit.production import alerts, dashboard, deploy, k8s
+from labkit.production import alerts, dashboard, deploy, k8s, warm_pool
 
 QWEN = load_config("Qwen3-4B")
 FILES = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
@@ -29,12 +29,15 @@ def parse(expr: str):
 
 
 def selectors(expr: str) -> list[tuple[str | None, dict[str, str]]]:
-    """(metric name, {label: value}) of every series selector in ``expr``."""
+    """(metric name, {label: value}) of every series selector in ``expr``; a negative matcher's label is
+    keyed with its operator (``pod!~``), so it cannot hide a positive one."""
     found: list[tuple[str | None, dict[str, str]]] = []
+    negative = {"MatchOp.NotEqual": "!=", "MatchOp.NotRe": "!~"}
 
     def visit(node):
         if isinstance(node, promql_parser.VectorSelector):
-            found.append((node.name, {m.name: m.value for m in node.matchers.matchers}))
+            matchers = node.matchers.matchers
+            found.append((node.name, {m.name + negative.get(str(m.op), ""): m.value for m in matchers}))
 
     promql_parser.walk(parse(expr), visit)
     return found
@@ -84,6 +87,7 @@ def test_every_selector_picks_this_deployment_only():
                 continue  # a recording rule of this PrometheusRule, filtered where it is computed
             if metric and metric.startswith("DCGM_"):  # the exporter labels a GPU with the pod using it
                 assert (matchers["namespace"], matchers["pod"]) == (ns, f"{name}-.*"), expr
+                assert matchers["pod!~"] == f"{warm_pool.pool_name(name)}-.*", expr  # placeholders hold GPUs
                 continue
             picked = (matchers.get("namespace"), matchers.get(k8s.INSTANCE_LABEL))
             assert picked == (ns, name), (metric, expr)

@@ -13,7 +13,7 @@ import yaml
 
 from labkit.llm.architecture import load_config
 from labkit.paths import REPO
-from labkit.production import dashboard, deploy, k8s, k8s_pod
+from labkit.production import dashboard, deploy, k8s, k8s_pod, warm_pool
 
 QWEN = load_config("Qwen3-4B")
 FILES = deploy.bundle("Qwen/Qwen3-4B", QWEN, gpu="L4")
@@ -81,6 +81,15 @@ def test_dcgm_scrape_finds_the_gpu_operators_exporter():
     # honorLabels: the exporter's namespace/pod labels name the pod using the GPU, which the
     # dashboard filters on; without it Prometheus renames them exported_namespace, exported_pod
     assert ep["port"] == "gpu-metrics" and ep["honorLabels"] is True
+
+
+def test_gpu_panels_leave_out_the_warm_pools_placeholders():
+    """A placeholder pod holds a GPU (its name starts like a server's) but serves nothing."""
+    held = warm_pool.pool_name("qwen3-4b")
+    gpu = [expr for _, _, targets in dashboard.panels("qwen3-4b") for _, expr in targets if "DCGM_" in expr]
+    assert gpu and all(f'pod!~"{held}-.*"' in e and 'pod=~"qwen3-4b-.*"' in e for e in gpu)
+    pods = [d for d in FILES["optional/warm-pool.yaml"] if d["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in pods] == [held]
 
 
 def test_the_load_test_runs_vllm_bench_against_the_service():

@@ -32,6 +32,7 @@ from .k8s import (
     series,
 )
 from .k8s_pod import HUB, MODELS, PORT, container_security, pod_security
+from .warm_pool import pool_name
 
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 # DCGM exporter's names (etc/dcp-metrics-included.csv, the GPU Operator's default metric set).
@@ -51,7 +52,8 @@ def _panel(title: str, unit: str, targets: list[tuple[str, str]], x: int, y: int
 def panels(name: str, namespace: str = NAMESPACE) -> list[tuple[str, str, list[tuple[str, str]]]]:
     """(title, Grafana unit, [(legend, PromQL)]) of each panel."""
     sel = series(name, namespace)
-    gpu = f'namespace="{namespace}",pod=~"{name}-.*"'  # the exporter's labels: the pod using the GPU
+    # the exporter's labels: the pod using the GPU; a warm-pool placeholder holds one but serves nothing
+    gpu = f'namespace="{namespace}",pod=~"{name}-.*",pod!~"{pool_name(name)}-.*"'
 
     def quantiles(metric: str) -> list[tuple[str, str]]:
         rate = f"rate({metric}_bucket{{{sel}}}[{WINDOW}])"

@@ -8,10 +8,10 @@ The server's rules: no ``replicas`` in a workload an autoscaler owns (every ``ku
 reset the fleet); a preStop delay, vLLM's ``--shutdown-timeout`` and a grace period longer than both
 (or SIGTERM cuts in-flight streams); at least two replicas, spread over nodes, and a disruption
 budget that keeps one serving through a drain; the model pinned by commit hash and read offline with
-egress closed; every NetworkPolicy peer pinned to a namespace *and* pods; a GPU node affinity; no
-CPU limit on the server; a memory limit above the RAM-backed ``/dev/shm``; an ephemeral-storage
-request. :func:`routing_problems`, :func:`canary_problems` and :func:`warm_pool_problems` hold the
-rules of the router, the canary rollout and the warm pool.
+egress closed; every ingress peer of a server's NetworkPolicy pinned to a namespace *and* pods; a
+GPU node affinity; no CPU limit on the server; a memory limit above the RAM-backed ``/dev/shm``; an
+ephemeral-storage request. :func:`routing_problems`, :func:`canary_problems` and
+:func:`warm_pool_problems` hold the rules of the router, the canary rollout and the warm pool.
 """
 
 from __future__ import annotations

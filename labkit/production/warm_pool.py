@@ -27,6 +27,11 @@ from .k8s import NAMESPACE, labels
 PLACEHOLDER_PRIORITY = -10  # below the default 0 of every pod without a PriorityClass
 
 
+def pool_name(name: str) -> str:
+    """The placeholder Deployment of server ``name`` (its pods are named after it)."""
+    return f"{name}-warm-pool"
+
+
 def warm_pool_objects(name: str, server: dict[str, Any], replicas: int = 1,
                       namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     """[PriorityClass, placeholder Deployment] reserving ``replicas`` GPU nodes for the vLLM
@@ -35,7 +40,7 @@ def warm_pool_objects(name: str, server: dict[str, Any], replicas: int = 1,
         raise ValueError(f"replicas must be a whole number >= 1, got {replicas!r}")
     pod = server["spec"]["template"]["spec"]
     vllm = pod["containers"][0]
-    pool = f"{name}-warm-pool"
+    pool = pool_name(name)
     pool_labels = {"app.kubernetes.io/name": "vllm-placeholder", "app.kubernetes.io/instance": name}
     priority = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                 "metadata": {"name": pool, "labels": labels(name)},

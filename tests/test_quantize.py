@@ -332,3 +332,14 @@ def test_divergence_from_cached_reference_statistics_equals_the_direct_one():
     direct = P.divergence(ref, other)
     assert cached["kl"] == pytest.approx(direct["kl"], rel=1e-5) and cached["top1"] == direct["top1"]
     assert cached["kl"] == pytest.approx(float((probs * (p - q)).sum(-1).mean()), rel=1e-5)
+
+
+def test_a_one_point_clip_grid_takes_the_short_path_to_the_searchs_answer():
+    """A grid of one shrink has nothing to search (AWQ's scale search quantizes that way): the short
+    path must give what the search gives over the same point twice."""
+    w = torch.randn(40, 300, generator=torch.Generator().manual_seed(0)) * 0.05
+    w[3, 7] = 2.0  # an outlier widens one group's range
+    for bits in (4, 8):
+        short = Q.quantize_weight_asym(w, bits, 128, clip=(0.9,))
+        searched = Q.quantize_weight_asym(w, bits, 128, clip=(0.9, 0.9))
+        assert all(torch.equal(a, b) for a, b in zip(short, searched, strict=True))

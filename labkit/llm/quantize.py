@@ -128,6 +128,9 @@ def _clip_search(g: torch.Tensor, grid: torch.Tensor, maxq: int) -> tuple[torch.
     """:func:`quantize_weight_asym`'s search on groups ``g`` ``(rows, groups, size)``: the float16
     scales and the zero points of the least squared error."""
     lo, hi = g.amin(-1).clamp(max=0), g.amax(-1).clamp(min=0)
+    if len(grid) == 1:  # nothing to search (AWQ's scale search quantizes this way 21 times a layer)
+        s = ((hi - lo) * grid[0] / maxq).clamp_min(MIN_SCALE).to(SCALE_DTYPE)
+        return s, torch.round(-lo * grid[0] / s.float()).clamp(0, maxq)
     best, at = torch.full(lo.shape, float("inf")), torch.zeros(lo.shape, dtype=torch.long)
     scales, zeros = torch.empty(lo.shape, dtype=SCALE_DTYPE), torch.empty(lo.shape)
 

@@ -88,7 +88,7 @@ def slo_running_target(summaries: list[dict[str, Any]], slo_ttft_ms: float | Non
              else f" ({runs[first_miss[0]]['concurrency']} missed: {'; '.join(first_miss[1])})")
     return target, (f"every level up to {best} in flight met {slo}{until}"
                     + (f", capped at --concurrency {max_num_seqs}" if cap < best else "")
-                    + f"; target 3/4 of {cap}: {target:g} running requests per replica")
+                    + f"; target 3/4 of {cap}, rounded (at least 1): {target:g} running requests per replica")
 
 
 def read_summaries(folder: str | Path) -> list[dict[str, Any]]:

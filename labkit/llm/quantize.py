@@ -128,17 +128,19 @@ def _clip_search(g: torch.Tensor, grid: torch.Tensor, maxq: int) -> tuple[torch.
     """:func:`quantize_weight_asym`'s search on groups ``g`` ``(rows, groups, size)``: the float16
     scales and the zero points of the least squared error."""
     lo, hi = g.amin(-1).clamp(max=0), g.amax(-1).clamp(min=0)
+
+    def grid_point(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # range shrunk by p: scale, zero
+        s = ((hi - lo) * p / maxq).clamp_min(MIN_SCALE).to(SCALE_DTYPE)
+        return s, torch.round(-lo * p / s.float()).clamp(0, maxq)
+
     if len(grid) == 1:  # nothing to search (AWQ's scale search quantizes this way 21 times a layer)
-        s = ((hi - lo) * grid[0] / maxq).clamp_min(MIN_SCALE).to(SCALE_DTYPE)
-        return s, torch.round(-lo * grid[0] / s.float()).clamp(0, maxq)
+        return grid_point(grid[0])
     best, at = torch.full(lo.shape, float("inf")), torch.zeros(lo.shape, dtype=torch.long)
     scales, zeros = torch.empty(lo.shape, dtype=SCALE_DTYPE), torch.empty(lo.shape)
 
     def trial(idx: torch.Tensor) -> None:  # each group tries grid[idx] of its own; keeps it if better
         nonlocal best, at, scales, zeros
-        p = grid[idx]
-        s = ((hi - lo) * p / maxq).clamp_min(MIN_SCALE).to(SCALE_DTYPE)
-        z = torch.round(-lo * p / s.float()).clamp(0, maxq)
+        s, z = grid_point(grid[idx])
         sf, zf = s.float()[..., None], z[..., None]
         e = torch.div(g, sf).round_().add_(zf).clamp_(0, maxq).sub_(zf)  # code - zero, on the codes 0..maxq
         err = torch.linalg.vector_norm(e.mul_(sf).sub_(g), dim=-1).square_()  # squared rounding error

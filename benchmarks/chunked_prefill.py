@@ -1,11 +1,12 @@
 """A long prompt arriving while answers stream, with and without chunked prefill, on vLLM or llama.cpp
-(chapter 05, "Going further: a long prompt arrives", which runs llama.cpp only: two more vLLM starts
-do not fit its time budget).
+(chapter 05, "Going further: a long prompt arrives", runs the same rounds on vLLM, reusing its engine
+comparison's server for the 2,048 budget, or on llama.cpp where vLLM cannot run).
 
 :func:`labkit.experiments.prefill_interference.measure` starts two servers of the engine, one whose
 steps take up to 2,048 prompt tokens (more than the prompt: its prefill runs in one step) and one that
 takes 64 (the prompt goes in chunks between the answers' tokens): vLLM's ``--max-num-batched-tokens``
-(its V1 scheduler always chunks), llama-server's ``-b``/``-ub``; no prompt cache on either. Each round
+(its V1 scheduler always chunks), llama-server's ``-b``/``-ub``; no round reuses a cached prompt (a
+cache salt per round on vLLM, ``cache_prompt`` off on llama-server). Each round
 streams 4 answers of 64 tokens, sends the two longest shipped prompts as one (468 tokens for the
 bundled model) a second later, and keeps every token's arrival; the servers alternate round by round.
 Printed per budget: the longest gap a running answer saw while the prompt prefilled (the stall), the

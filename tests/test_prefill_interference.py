@@ -1,6 +1,7 @@
 """A long prompt's prefill against running answers (labkit.experiments.prefill_interference, chapter 05):
-the gap arithmetic on made-up records and each engine's server flags; the measurement itself runs in
-the chapter (llama.cpp) and in benchmarks/chunked_prefill.py (either engine)."""
+the gap arithmetic on made-up records, each engine's server flags and cache settings, and a caller's
+running server used for its budget; the measurement itself runs in the chapter (vLLM, or llama.cpp
+where vLLM cannot run) and in benchmarks/chunked_prefill.py (either engine)."""
 
 import pytest
 
@@ -44,9 +45,48 @@ def test_each_engine_gets_its_own_budget_flag_and_no_prompt_cache(monkeypatch):
     monkeypatch.setattr(pi.llamacpp, "start_llamacpp", lambda **kw: seen.setdefault("llamacpp", kw))
     pi.start("vllm", 64, streams=4, threads=1)
     pi.start("llamacpp", 64, streams=4, threads=1)
-    assert seen["vllm"]["extra"] == ["--max-num-batched-tokens", "64", "--no-enable-prefix-caching"]
+    assert seen["vllm"]["extra"] == ["--max-num-batched-tokens", "64"]  # otherwise the chapter's settings
     assert seen["llamacpp"]["extra"] == ["-b", "64", "-ub", "64"] and seen["llamacpp"]["parallel"] == 5
-    assert pi.NO_CACHE["llamacpp"] == {"cache_prompt": False}  # llama-server's prompt cache is per request
+    assert pi.flag("vllm", 64) == "vLLM --max-num-batched-tokens 64"
+    assert pi.flag("llamacpp", 8) == "llama-server -b 8"
+    # no round reuses a cached prompt: llama-server is told per request, vLLM gets a salt per round
+    assert pi.no_cache("llamacpp", 0) == pi.no_cache("llamacpp", 1) == {"cache_prompt": False}
+    salts = [pi.no_cache("vllm", r)["cache_salt"] for r in range(3)]
+    assert len(set(salts)) == 3
+
+
+def test_a_running_server_is_used_for_its_budget_and_left_running(monkeypatch):
+    from types import SimpleNamespace
+
+    from labkit.experiments import prefill_interference as pi
+
+    started: list[int] = []
+    stopped: list = []
+    asked: list[tuple[str, str]] = []
+    mine = SimpleNamespace(url="http://kept", model="m")
+
+    def start(engine, budget, streams, threads=None):
+        started.append(budget)
+        return SimpleNamespace(url=f"http://new{budget}", model="m")
+
+    async def fake_round(url, model, short, long, streams, tokens, after_s, extra_body):
+        asked.append((url, extra_body["cache_salt"]))
+        t0 = 100.0
+        run = [RequestRecord(status="ok", t_sent=t0, chunks=[(0.1 * i, 1) for i in range(1, 40)])
+               for _ in range(streams)]
+        return run, RequestRecord(status="ok", t_sent=t0 + 1.0, chunks=[(1.2, 1)], prompt_tokens=468)
+
+    monkeypatch.setattr(pi, "start", start)
+    monkeypatch.setattr(pi.process, "stop", stopped.append)
+    monkeypatch.setattr(pi, "_round", fake_round)
+    monkeypatch.setattr(pi.vllm, "vllm_available", lambda: True)
+    out = pi.measure("long", batches=(2048, 64), rounds=2, engine="vllm", running={2048: mine})
+    assert started == [64] and [s.url for s in stopped] == ["http://new64"]  # the kept one is not stopped
+    assert [u for u, _ in asked] == ["http://kept", "http://new64", "http://new64", "http://kept"]
+    assert asked[0][1] == asked[1][1] != asked[2][1]  # one salt per round, the same for both budgets
+    assert out[2048].flag == "vLLM --max-num-batched-tokens 2048" and out[64].long_tokens == 468
+    with pytest.raises(ValueError, match="does not hold"):
+        pi.measure("long", batches=(64,), engine="vllm", running={2048: mine})
 
 
 def test_an_unknown_engine_is_refused_before_anything_starts():

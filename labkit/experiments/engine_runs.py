@@ -124,7 +124,8 @@ def transformers_run(model: Any, tokenizer: Any, prompts: Sequence[str], n_reque
 def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
                    in_flight: Sequence[int] = (1, 4, 8), n_requests: dict[int, int] | None = None,
                    threads: int | None = None, rounds: int = 1,
-                   stack: contextlib.ExitStack | None = None) -> EngineRun:
+                   stack: contextlib.ExitStack | None = None, vllm_args: list[str] | None = None
+                   ) -> EngineRun:
     """Serve the bundled model with ``engine`` (``vllm``: vLLM's CPU build on the safetensors copy, or
     your ``LABKIT_BASE_URL`` server; ``llamacpp``: llama-server on the Q4_1 GGUF with one slot per
     request in flight), run :func:`measure_server` at each of ``in_flight`` (requests per level:
@@ -135,7 +136,8 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
     batching gain (most in flight ÷ 1) is measured: the sweep is round 1, then the two ends again in
     alternating order (most first in even rounds) so a drift of the machine hits both alike.
     ``stack``: keep the server up on this stack (it stops when the stack closes; the run's ``target``
-    names it) instead of stopping it on return."""
+    names it) instead of stopping it on return. ``vllm_args``: extra flags for the vLLM the lab starts
+    (e.g. ``["--max-num-batched-tokens", "2048"]``)."""
     from .. import settings
     from ..engines import llamacpp, server, vllm
 
@@ -146,7 +148,7 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
         if not (external or vllm.vllm_available() or vllm.vllm_required()):
             return EngineRun("vLLM (CPU build)", "skipped", skipped=vllm.unavailable_reason())
         ctx = server.measured_server(threads=threads) if external else \
-            server.measured_server(engine="vllm", threads=threads)
+            server.measured_server(engine="vllm", threads=threads, vllm_args=vllm_args)
         threads_words = "your server's own" if external else f"{threads or 'vLLM default'} (OMP_NUM_THREADS)"
     elif engine == "llamacpp":
         if not (llamacpp.llamacpp_available() or llamacpp.llamacpp_required()):

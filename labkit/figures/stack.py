@@ -136,9 +136,9 @@ def keep(page: Mapping[str, Any]) -> None:
     interf = take(page, "interf")[0]
     for b, r in interf.items():
         record("stack", f"prefill_stall_s_batch{b}", r.median("stall_s"), "s",
-               f"llama-server -b {b}: longest gap of a running answer while a {r.long_tokens}-token prompt "
+               f"{r.flag}: longest gap of a running answer while a {r.long_tokens}-token prompt "
                f"prefilled, median of {len(r.stall_s)} rounds",
                spread=(min(r.stall_s), max(r.stall_s), len(r.stall_s)))
         record("stack", f"prefill_long_ttft_s_batch{b}", r.median("long_ttft_s"), "s",
-               f"llama-server -b {b}: the long prompt's TTFT beside 4 running answers, median of "
+               f"{r.flag}: the long prompt's TTFT beside 4 running answers, median of "
                f"{len(r.long_ttft_s)} rounds")

@@ -10,6 +10,8 @@ durations the server itself measured in its Ollama answer (``prompt_eval_duratio
 import time
 from typing import Any
 
+import pytest
+
 from labkit.checks import outcome
 from labkit.engines import vllm
 from labkit.serving import decode_gap, loadgen, metrics, ollama_api, openai_api, records, streaming
@@ -137,3 +139,35 @@ def test_role_chunk_taken_for_the_first_token_fails(srv, monkeypatch):
     broken = _llamacpp_figures(_openai_records(srv.url))
     assert outcome("metrics", "llamacpp_ttft_encloses_prefill", broken).held is False
     assert outcome("metrics", "llamacpp_ttft_encloses_prefill", real).held is True
+
+
+def _stream_figures(chunks, count_chunks=False):
+    """The chapter's stream_figures (notebooks/02_metrics.ipynb, "What to time, exactly"); with
+    ``count_chunks`` the slip the chapter warns about: TPOT divided by chunks instead of tokens."""
+    import math
+
+    chunks = [(t, k) for t, k in chunks if k > 0]
+    ttft, e2e = chunks[0][0], chunks[-1][0]
+    n = len(chunks) if count_chunks else sum(k for _, k in chunks)
+    tpot = (e2e - ttft) / (n - 1) if n > 1 else math.nan
+    itl = [(t - t_prev) / k for (t_prev, _), (t, k) in zip(chunks, chunks[1:], strict=False)
+           for _ in range(k)]
+    return {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot, "itl_s": itl}
+
+
+def _page_gap(rec: RequestRecord, **kw: Any) -> float:
+    """The notebook's figure for one record: the largest |stream_figures - request_metrics|."""
+    mine, ref = _stream_figures(rec.chunks, **kw), metrics.request_metrics(rec)
+    assert len(mine["itl_s"]) == len(ref["itl_s"])
+    pairs = [(mine[k], ref[k]) for k in ("ttft_s", "e2e_s", "tpot_s")]
+    pairs += list(zip(mine["itl_s"], ref["itl_s"], strict=True))
+    return max(abs(a - b) for a, b in pairs)
+
+
+def test_stream_figures_dividing_by_chunks_fails():
+    hand = RequestRecord(status="ok", t_sent=0.0, t_end=0.5, output_tokens=7,
+                         chunks=[(0.20, 1), (0.35, 3), (0.50, 3)])  # the chapter's hand-written stream
+    right, broken = _page_gap(hand), _page_gap(hand, count_chunks=True)
+    assert outcome("metrics", "page_metrics_match", {"page_metrics_gap_s": broken}).held is False
+    assert outcome("metrics", "page_metrics_match", {"page_metrics_gap_s": right}).held is True
+    assert broken == pytest.approx(0.1)

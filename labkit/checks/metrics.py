@@ -37,6 +37,16 @@ def client_matches_vllm(v: Values) -> tuple[bool, str]:
     return -5 <= dt < 200 and -5 <= de < 200, f"client adds {dt:+.1f} ms TTFT, {de:+.1f} ms E2E"
 
 
+@check("metrics", "the chapter's stream_figures gives the TTFT, E2E, TPOT and ITL of labkit's "
+       "request_metrics on every request it streamed", needs=("page_metrics_gap_s",),
+       broken=BROKEN + "test_stream_figures_dividing_by_chunks_fails",
+       # TPOT over chunks instead of tokens, on a stream whose chunks carry three tokens (0.2, 0.35, 0.5 s)
+       fails_on={"page_metrics_gap_s": 0.1}, holds_on={"page_metrics_gap_s": 0.0})
+def page_metrics_match(v: Values) -> tuple[bool, str]:
+    x = v["page_metrics_gap_s"]
+    return x <= 1e-9, f"largest difference {x:.1e} s"  # the same arithmetic: equal, but for float order
+
+
 def _real_ollama(v: Values) -> str | None:
     return None if v.get("ollama_server") == "ollama" else "no Ollama server answered on localhost:11434"
 

@@ -23,6 +23,10 @@ def keep(page: Mapping[str, Any]) -> None:
     by_c = {s.concurrency: s for s in runs}
     slow = next(k for k in range(1, 10_000) if np.percentile([0.1] * (10_000 - k) + [2.0] * k, 99) >= 2.0)
     record("metrics", "server_kind", target.kind, "", engine)
+    (page_metrics_gap, swept) = take(page, "page_metrics_gap swept")
+    record("metrics", "page_metrics_gap_s", page_metrics_gap, "s",
+           f"largest |stream_figures - request_metrics| over TTFT, E2E, TPOT and every ITL of {len(swept)} "
+           "streamed requests (the chapter's code against labkit's tested copy)")
     for kind in ("short", "long"):
         record("metrics", f"ttft_{kind}_ms", by_kind_ms[kind]["ttft_ms"], "ms",
                f"{prof.llm} in this process: median TTFT")

@@ -52,7 +52,7 @@ def attention_matches(v: Values) -> tuple[bool, str]:
     return v["attention_max_diff"] < 1e-5, f"max |diff| {v['attention_max_diff']:.1e}"
 
 
-@check("internals", "the lab's temperature, top-k and top-p filters agree with transformers' logits "
+@check("internals", "the chapter's temperature, top-k and top-p filters agree with transformers' logits "
        "processors", needs=("sampling_matches_transformers",), broken=BROKEN + "test_top_p_off_by_one_fails",
        fails_on={"sampling_matches_transformers": False}, holds_on={"sampling_matches_transformers": True})
 def sampling_matches(v: Values) -> tuple[bool, str]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..llm.architecture import param_count
+from ..llm.attention_memory import resolution_bytes
 from ..llm.kvcache import kv_cache_bytes_for_config
 from ..llm.sampling import entropy_bits, probabilities
 from ..results import record, unmeasured
@@ -100,8 +101,11 @@ def keep(page: Mapping[str, Any]) -> None:
         unmeasured("internals", "attention_fused_over_written_out_memory", take(page, "mem_skipped")[0])
     else:
         last, grow = mem[-1], take(page, "grow")[0]
+        floor = resolution_bytes(device)  # below it the probe cannot tell: the fused peak is at most that
         record("internals", "attention_fused_over_written_out_memory",
-               last["fused_bytes"] / last["written_out_bytes"], "x",
-               f"peak memory added, {last['n']} tokens, {cfg.n_heads} heads, fp32, {device}")
+               max(last["fused_bytes"], floor) / last["written_out_bytes"], "x",
+               f"peak memory added, {last['n']} tokens, {cfg.n_heads} heads, fp32, {device}; at most: the "
+               f"fused kernel's reading ({last['fused_bytes'] / 1e6:.1f} MB) or, where higher, the probe's "
+               f"resolution ({floor / 2**20:.0f} MiB)")
         record("internals", "attention_written_out_memory_exponent", grow, "",
                f"memory ~ n^e over n = {LONG}")

@@ -29,6 +29,16 @@ from ..hardware.microbench import timed
 from .attention import attention
 
 PROC = Path("/proc/self")
+#: The smallest peak :func:`peak_extra_bytes` is sure to see on a CPU: glibc's largest mmap threshold on a
+#: 64-bit system (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB); a smaller block may come from memory the process
+#: already holds. The CUDA allocator's peak is exact (0).
+CPU_RESOLUTION_BYTES = 32 * 2**20
+
+
+def resolution_bytes(device: str = "cpu") -> int:
+    """The smallest peak (bytes) :func:`peak_extra_bytes` resolves on ``device``: 0 on CUDA,
+    :data:`CPU_RESOLUTION_BYTES` elsewhere. A reading below it bounds the peak from above by it."""
+    return 0 if device.startswith("cuda") else CPU_RESOLUTION_BYTES
 
 
 class MemoryProbeUnavailable(RuntimeError):

@@ -2,6 +2,8 @@
 small mutated version of the chapter's code path, computes the figures the notebook records from it,
 and sees the check fail; the real code path, run the same way, holds."""
 
+import math
+
 import torch
 
 from labkit.checks import outcome
@@ -80,3 +82,29 @@ def test_bytes_that_count_the_tied_head_twice_fail(tiny_llama):
     assert outcome("hardware", "decode_bytes_real", _byte_figures(model, twice)).held is False
     right = tensor_bytes(model, buffers=False)
     assert outcome("hardware", "decode_bytes_real", _byte_figures(model, right)).held is True
+
+
+def _page_same(gemm_intensity) -> bool:
+    """The notebook's figure: the chapter's roofline arithmetic against labkit.hardware.roofline."""
+    def ridge_point(peak_flops, bandwidth):
+        return peak_flops / bandwidth
+
+    def attainable(intensity, peak_flops, bandwidth):
+        return min(peak_flops, intensity * bandwidth)
+
+    cases = [(1.0, 989e12, 3.35e12), (500.0, 989e12, 3.35e12), (20.0, 1.2e12, 13e9)]
+    return (all(math.isclose(attainable(*c), roofline.attainable_flops(*c)) for c in cases)
+            and all(math.isclose(gemm_intensity(m, 4096, 4096, 2), roofline.gemm_intensity(m, 4096, 4096, 2))
+                    for m in (1, 4, 16, 64, 256, 1024))
+            and math.isclose(ridge_point(989e12, 3.35e12), roofline.ridge_point(989e12, 3.35e12)))
+
+
+def test_an_intensity_that_forgets_the_output_fails():
+    def right(m, n, k, dtype_bytes=2):  # the chapter's gemm_intensity
+        return 2 * m * n * k / ((m * k + k * n + m * n) * dtype_bytes)
+
+    def broken(m, n, k, dtype_bytes=2):  # the bytes written out left out: the intensity comes out too high
+        return 2 * m * n * k / ((m * k + k * n) * dtype_bytes)
+
+    assert outcome("hardware", "page_roofline", {"page_roofline_same": _page_same(broken)}).held is False
+    assert outcome("hardware", "page_roofline", {"page_roofline_same": _page_same(right)}).held is True

@@ -34,6 +34,15 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6)
 
 
+@check("hardware", "the chapter's roofline arithmetic (ridge point, attainable FLOP/s, a matmul's intensity) "
+       "gives labkit.hardware.roofline's figures", needs=("page_roofline_same",),
+       broken=BROKEN + "test_an_intensity_that_forgets_the_output_fails",
+       fails_on={"page_roofline_same": False}, holds_on={"page_roofline_same": True})
+def page_roofline(v: Values) -> tuple[bool, str]:
+    ok = bool(v["page_roofline_same"])
+    return ok, "the same figures" if ok else "the chapter's arithmetic gives other figures"
+
+
 @check("hardware", "the ridge and the decode ceiling are computed from the roofs the chapter reports "
        "(ridge = matmul roof / bandwidth roof; ceiling = bandwidth roof / bytes per token)",
        needs=("ridge_flops_per_byte", "matmul_roof_tflops", "bandwidth_gbps", "decode_ceiling_tps",

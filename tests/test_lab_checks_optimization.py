@@ -71,3 +71,45 @@ def test_an_8bit_level_made_from_the_wrong_file_fails(tools, tmp_path):
     for k in ("right", "wrong"):  # the notebook's figure: the level's perplexity over the base's
         held = outcome(CH, "gguf_q8_quality", {"gguf_q8_0_ppl_over_base": ppl[k] / ppl["base"]}).held
         assert held is (k == "right"), (k, ppl)
+
+
+# ---- the chapter's own rtn and gptq ------------------------------------------------------------------
+
+def _page_rtn(w, bits=8):
+    """The chapter's rtn (notebooks/06_optimization.ipynb, "RTN and a GPTQ step, written out")."""
+    qmax = 2 ** (bits - 1) - 1
+    scale = (w.float().abs().amax(dim=1, keepdim=True) / qmax).clamp_min(2**-24).half()
+    return (w.float() / scale.float()).round().clamp(-qmax, qmax).to(torch.int8), scale
+
+
+def _page_gptq(w, h, bits=4, damp=0.01, update=True):
+    """The chapter's gptq; ``update=False`` leaves out the step that pushes a column's error onward."""
+    w, qmax = w.float().clone(), 2 ** (bits - 1) - 1
+    scale = (w.abs().amax(dim=1) / qmax).clamp_min(2**-24).half().float()
+    h = h + damp * h.diag().mean() * torch.eye(h.shape[0])
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    for j in range(w.shape[1]):
+        q = (w[:, j] / scale).round().clamp(-qmax, qmax) * scale
+        err = (w[:, j] - q) / u[j, j]
+        if update:
+            w[:, j + 1:] -= err[:, None] * u[j, j + 1:][None, :]
+        w[:, j] = q
+    return w
+
+
+def test_a_page_gptq_without_its_update_fails():
+    from labkit.llm import quantize as Q
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 64, generator=gen) @ torch.randn(64, 64, generator=gen)  # correlated, as in a model
+    w = torch.randn(48, 64, generator=gen)
+    h = G.hessian_of(x)
+    codes, scales = _page_rtn(w, 8)
+    ref_codes, ref_scales = Q.quantize_weight(w, bits=8)
+    same = torch.equal(codes, ref_codes) and torch.equal(scales, ref_scales)
+    lab = G.layer_error(w, G.gptq_quantize_weight(w, h, bits=4, group_size=None, damp=0.01)[2], x)
+    figures = {upd: {"page_rtn_same": same,
+                     "page_gptq_over_labkit": G.layer_error(w, _page_gptq(w, h, update=upd), x) / lab}
+               for upd in (True, False)}
+    assert outcome(CH, "page_quant_matches", figures[False]).held is False
+    assert outcome(CH, "page_quant_matches", figures[True]).held is True

@@ -67,3 +67,35 @@ def test_a_cache_cropped_one_token_short_fails(tiny_llama, monkeypatch):
     broken = _max_diff_fp32(m32, shared, suffix, (8, 24, 40))
     assert outcome(CH, "prefix_logits", {"prefix_max_logit_diff_fp32": broken}).held is False
     assert outcome(CH, "prefix_logits", {"prefix_max_logit_diff_fp32": right}).held is True
+
+
+def _page_speculate(model, prompt_ids, drafter, k, n_new, slip=0):
+    """The chapter's speculate_greedy (notebooks/06b_speculation_caching.ipynb); ``slip=1`` keeps the first
+    refused draft too, the off-by-one of a verify loop."""
+    ids, cache, passes = list(prompt_ids), spec.prefill(model, prompt_ids), 0
+    while len(ids) - len(prompt_ids) < n_new:
+        drafts = drafter.propose(ids, min(k, n_new - (len(ids) - len(prompt_ids)) - 1))[0]
+        x = torch.tensor([[ids[-1], *drafts]], device=model.device)
+        with torch.inference_mode():
+            picks = model(input_ids=x, cache=cache, use_cache=True).logits[0].argmax(-1).tolist()
+        m = 0
+        while m < len(drafts) and drafts[m] == picks[m]:
+            m += 1
+        m = min(m + slip, len(drafts)) if m < len(drafts) else m
+        cache.crop(m - len(drafts))
+        ids += drafts[:m] + [picks[m]]
+        passes += 1
+    return ids[len(prompt_ids):], passes
+
+
+def test_a_page_loop_that_keeps_one_draft_too_many_fails(tiny_llama):
+    model = tiny_llama(vocab_size=128, num_hidden_layers=4, max_position_embeddings=256,
+                       tie_word_embeddings=False)
+    ref_out, ref_st = speculative_generate(model, PROMPT, PromptLookupDrafter(), k=4, max_new_tokens=16)
+    assert ref_st.rejections, "no draft was rejected: the test cannot tell a broken verify loop"
+    figure = {}
+    for slip in (0, 1):
+        out, passes = _page_speculate(model, PROMPT, PromptLookupDrafter(), 4, 16, slip=slip)
+        figure[slip] = {"page_spec_same": out == ref_out and passes == ref_st.target_passes}
+    assert outcome(CH, "page_spec_matches", figure[1]).held is False
+    assert outcome(CH, "page_spec_matches", figure[0]).held is True

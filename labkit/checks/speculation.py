@@ -27,6 +27,15 @@ def spec_lossless(v: Values) -> tuple[bool, str]:
     return s == 1, f"prompt lookup: {s:.0%} of greedy runs identical to plain greedy decoding"
 
 
+@check(CH, "the chapter's speculate_greedy writes the tokens of labkit's speculative_generate in as many "
+       "target passes", needs=("page_spec_same",),
+       broken=BROKEN + "test_a_page_loop_that_keeps_one_draft_too_many_fails",
+       fails_on={"page_spec_same": False}, holds_on={"page_spec_same": True})
+def page_spec_matches(v: Values) -> tuple[bool, str]:
+    ok = bool(v["page_spec_same"])
+    return ok, "the same tokens and passes" if ok else "the page's loop wrote other tokens or passes"
+
+
 @check(CH, "speculative greedy decoding with the early-exit drafter (the model's own first layers) writes "
        "what plain greedy decoding writes", needs=("spec_early_exit_identical",),
        broken=BROKEN + "test_a_verify_loop_that_keeps_a_rejected_draft_fails",

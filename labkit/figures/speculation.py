@@ -24,6 +24,10 @@ def keep(page: Mapping[str, Any]) -> None:
     record("speculation", "spec_greedy_identical_share", sum(greedy_ok) / len(greedy_ok), "fraction",
            f"prompt-lookup greedy runs identical to plain greedy ({len(greedy_ok)} runs, four prompts, k = "
            f"4, 8)")
+    page_spec_same = take(page, "page_spec_same")[0]
+    record("speculation", "page_spec_same", bool(page_spec_same), "",
+           "the chapter's speculate_greedy against labkit's speculative_generate: prompt lookup, k = 4, copy "
+           "prompt, the same tokens and target passes")
     record("speculation", "spec_early_exit_identical", bool(same_ee), "",
            f"early exit L={L_run}, k = 2, copy prompt")
     record("speculation", "spec_greedy_identical", bool(all(greedy_ok) and same_ee), "",
@@ -149,7 +153,7 @@ def keep(page: Mapping[str, Any]) -> None:
            f"{how}, a drafter costing 0.1 target steps per guess, batch 512")
 
     # Going further: paged KV blocks against a contiguous reservation
-    r = take(page, "r")[0]  # the page's r as this section left it
+    r = take(page, "paged_rows")[0][2048]  # the section's rows, at a 2,048-token reservation
     record("speculation", "paged_kv_live_share", r["paged_live_share"], "fraction",
            f"live KV tokens / tokens in 16-token blocks, {r['sequences']} requests of the lab's prompts and "
            f"greedy answers")

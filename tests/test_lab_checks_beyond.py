@@ -116,3 +116,27 @@ def test_pooling_over_the_padding_fails(monkeypatch):
     broken = _batch_vs_single()
     assert outcome("beyond", "embedding_batch_matches_single",
                    {"embedding_batch_vs_single_max_diff": broken}).held is False
+
+
+def _page_wer(reference, hypothesis, substitution=1):
+    """The chapter's wer (notebooks/07_beyond_llms.ipynb); ``substitution=2`` prices a substitution as a
+    deletion plus an insertion, the slip of an edit distance written from memory."""
+    from labkit.media.wer import normalize
+
+    ref, hyp = normalize(reference).split(), normalize(hypothesis).split()
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        diag, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            diag, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, diag + substitution * (r != h))
+    return d[-1] / len(ref)
+
+
+def test_a_wer_that_counts_a_substitution_twice_fails():
+    pairs = [("The quick brown fox jumps over the lazy dog.", "the quick brown fox jumped over the lazy dog"),
+             ("Inference engineering makes models cheaper.", "inference engineering makes models cheaper"),
+             ("one two three", "one three four five"), ("a b c", "")]
+    gap = {s: max(abs(_page_wer(r, h, s) - wer(r, h)) for r, h in pairs) for s in (1, 2)}
+    assert gap[2] == pytest.approx(1 / 9)
+    assert outcome("beyond", "page_wer", {"page_wer_gap": gap[2]}).held is False
+    assert outcome("beyond", "page_wer", {"page_wer_gap": gap[1]}).held is True

@@ -19,6 +19,15 @@ from . import Values, check
 BROKEN = "tests/test_lab_checks_beyond.py::"
 
 
+@check("beyond", "the chapter's wer gives jiwer's word error rate on every transcript it scores",
+       needs=("page_wer_gap",), broken=BROKEN + "test_a_wer_that_counts_a_substitution_twice_fails",
+       # a substitution priced as a deletion plus an insertion: a sentence with one wrong word of 9 reads 2/9
+       fails_on={"page_wer_gap": 0.111}, holds_on={"page_wer_gap": 0.0})
+def page_wer(v: Values) -> tuple[bool, str]:
+    x = v["page_wer_gap"]
+    return x <= 1e-12, f"largest difference {x:.1e}"
+
+
 @check("beyond", "the speech pipeline is wired right: the profile's Whisper (beam 5) transcribes the "
        "shipped passage with a word error rate of at most 0.1",
        needs=("whisper_wer",), broken=BROKEN + "test_audio_at_the_wrong_sample_rate_fails",

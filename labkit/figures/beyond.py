@@ -25,6 +25,9 @@ def keep(page: Mapping[str, Any]) -> None:
 
     # Timing it right: `transcribe()` is lazy
     lazy = take(page, "lazy")[0]
+    page_wer_gap, scored = take(page, "page_wer_gap scored")
+    record("beyond", "page_wer_gap", page_wer_gap, "",
+           f"largest |the chapter's wer - jiwer's (labkit.media.wer)| over {len(scored)} transcripts")
 
     # 4 · TTS: decode speed is the real-time budget
     (best_x, bw, chunk_s, device, full_type, headline, int8_iv, int8_type, latency,

@@ -74,6 +74,11 @@ def test_plot_sensitivity():
     ax = cost_compare.plot_sensitivity(rows)
     assert len(ax.lines) == 2
     ax.figure.canvas.draw()  # the log axes' ticks are computed only when drawn
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["50", "500", "5000"]
+    same = [dict(r, crossover_rpd=1e4 if r["input_tokens"] >= 100 else math.inf) for r in rows]
+    ax = cost_compare.plot_sensitivity(same)  # targets that give the same crossovers: one line saying so
+    assert len(ax.lines) == 1
+    assert "50%, 90% (crossovers within 2%)" in ax.get_legend().get_texts()[0].get_text()
     never = [dict(r, crossover_rpd=math.inf) for r in rows]  # an AVX2 run of chapter 08: no point at all
     ax = cost_compare.plot_sensitivity(never)
     ax.figure.canvas.draw()  # a log axis with no positive point raised here ("cannot be log-scaled")

@@ -156,9 +156,9 @@ def test_fifty_thousand_requests_run_fast():
 
 
 def test_plot_fleet():
-    ax = fleet.plot_fleet(spike_run())
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ready replicas", "ready + starting",
-                                                                    "queued requests"]
+    top, low = fleet.plot_fleet(spike_run())  # replicas above, the queue below: each on its own scale
+    assert [t.get_text() for t in top.get_legend().get_texts()] == ["ready replicas", "ready + starting"]
+    assert low.get_ylabel() == "queued requests" and top.get_ylabel() == "replicas"
 
 
 def test_bad_scaler_and_fleet_arguments():

@@ -108,3 +108,34 @@ def test_a_monitor_reading_decode_calls_as_tokens_fails(monkeypatch):
     monkeypatch.setitem(server_gauges.LLAMACPP, "generation_tokens_total", "llamacpp:n_decode_total")
     f = _llamacpp_figures()
     assert outcome("production", "llamacpp_metrics_read", f).held is False, f
+
+
+def _page_continuous(requests, cost, max_batch, refill_when_empty=False):
+    """The chapter's continuous_batching (notebooks/08_production.ipynb, "Batching, simulated");
+    ``refill_when_empty`` admits new requests only once the batch has emptied (static batching)."""
+    queue, now, ends = list(requests), 0.0, {}
+    running: list[list[int]] = []
+    while queue or running:
+        free = max_batch - len(running) if not (refill_when_empty and running) else 0
+        new, queue = queue[:free], queue[free:]
+        running += [[r["id"], r["output_tokens"]] for r in new]
+        prefill = cost.prefill_s_per_token * sum(r["input_tokens"] for r in new)
+        now += prefill + cost.decode_step_s(len(running))
+        for item in running:
+            item[1] -= 1
+            if item[1] == 0:
+                ends[item[0]] = now
+        running = [item for item in running if item[1] > 0]
+    return ends
+
+
+def test_a_scheduler_that_refills_only_an_empty_batch_fails():
+    from labkit.production import batchsim
+
+    cost = batchsim.StepCost(0.001, 0.02, 0.005)
+    reqs = [{"id": i, "arrival_s": 0.0, "input_tokens": 40, "output_tokens": n}
+            for i, n in enumerate((4, 16, 8, 16, 4, 12, 6, 16))]
+    sim = {r["id"]: r["end_s"] for r in batchsim.simulate_batching("continuous", reqs, cost, 4)["requests"]}
+    gap = {w: max(abs(_page_continuous(reqs, cost, 4, w)[i] - sim[i]) for i in sim) for w in (False, True)}
+    assert outcome("production", "page_batching", {"page_batching_gap_s": gap[True]}).held is False
+    assert outcome("production", "page_batching", {"page_batching_gap_s": gap[False]}).held is True

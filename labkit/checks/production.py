@@ -25,6 +25,17 @@ SIM_TOLERANCE = 0.35
 RATIO_TOLERANCE = 0.35
 
 
+@check("production", "the chapter's continuous_batching ends every request when the simulator's continuous "
+       "policy does", needs=("page_batching_gap_s",),
+       broken=BROKEN + "test_a_scheduler_that_refills_only_an_empty_batch_fails",
+       # slots refilled only when the whole batch is done (static batching): the test's last requests end
+       # 0.5 s later
+       fails_on={"page_batching_gap_s": 0.5}, holds_on={"page_batching_gap_s": 0.0})
+def page_batching(v: Values) -> tuple[bool, str]:
+    x = v["page_batching_gap_s"]
+    return x <= 1e-9, f"largest difference {x:.1e} s"
+
+
 @check("production", "the simulator predicted the measured continuous throughput within "
        f"{SIM_TOLERANCE:.0%} (median of the rounds, each against its own calibration)",
        needs=("sim_error_pct",), broken=BROKEN + "test_a_calibration_reading_decode_steps_from_ttft_fails",

@@ -29,6 +29,11 @@ def keep(page: Mapping[str, Any]) -> None:
         "BATCH cold_start_s cold_vllm conts gains held_s measured_gain padded_gain rounds "
         "sim_errors sim_gain target ttft_again work "))
     measured_runs = [run for r in rounds for run in (r.continuous, r.static) if run]  # every request
+    page_batching_gap_s, mine = take(page, "page_batching_gap_s mine")
+    record("production", "page_batching_gap_s", page_batching_gap_s, "s",
+           f"largest |end time| difference between the chapter's continuous_batching and batchsim's "
+           f"continuous "
+           f"policy, {len(mine)} requests queued at 0 s")
     record("production", "continuous_over_static_measured", measured_gain, "x",
            f"{target.engine}: output tokens/s, median of "
            f"{len(conts)} rounds, each continuous run vs its round's static gating, {len(work)} requests, "

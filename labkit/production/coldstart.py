@@ -205,19 +205,25 @@ def vllm_bar(phases: dict[str, float], first_request_s: float) -> dict[str, floa
 
 def plot_breakdown(bars: dict[str, dict[str, float]], ax: Any = None) -> Any:
     """One horizontal stacked bar per start-up (``{label: {phase: seconds}}``), the phases in order
-    from the process start. Returns the Axes."""
+    from the process start, each phase with a colour of its own (a phase key like ``imports_s`` is
+    written ``imports``); the legend sits under the axes. Returns the Axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
-        ax = plt.subplots(figsize=(8, 0.8 + 0.9 * len(bars)))[1]
+        ax = plt.subplots(figsize=(8, 1.6 + 0.9 * len(bars)), layout="constrained")[1]
+    names: list[str] = []  # every phase once, in order of appearance: its colour and legend entry
     for i, parts in enumerate(bars.values()):
         left = 0.0
-        for j, (name, seconds) in enumerate(parts.items()):
-            ax.barh(i, seconds, left=left, color=plt.cm.tab10((j + 3 * i) % 10), label=name)
+        for key, seconds in parts.items():
+            name = key.removesuffix("_s").replace("_", " ")
+            new = name not in names
+            names += [name] if new else []
+            ax.barh(i, seconds, left=left, color=plt.cm.tab10(names.index(name) % 10),
+                    label=name if new else None)
             left += seconds
     ax.set_yticks(range(len(bars)), list(bars))
     ax.set(xlabel="seconds from process start", title="where a cold start goes (measured)")
-    ax.legend(fontsize=7, ncol=3, loc="upper right")
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
     return ax
 
 
@@ -349,7 +355,7 @@ def plot_budget(phases: list[Phase], axes: Any = None) -> Any:
     import matplotlib.pyplot as plt
 
     if axes is None:
-        axes = plt.subplots(1, 2, figsize=(11, 3.2))[1]
+        axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained", gridspec_kw={"wspace": 0.08})[1]
     left = 0.0
     for i, p in enumerate(phases):
         axes[0].barh(0, p.seconds, left=left, color=plt.cm.tab10(i),

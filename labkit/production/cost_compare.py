@@ -78,22 +78,36 @@ def matched_tier(params: float, tiers: Mapping[str, dict[str, Any]]) -> tuple[st
 
 
 def plot_sensitivity(rows: list[dict[str, Any]], ax: Any = None, title: str = "") -> Any:
-    """:func:`crossover_sensitivity`'s rows: crossover (requests/day, log) against prompt tokens (log),
-    one line per utilization target; where dedicated never wins the line has no point. Returns the Axes."""
+    """:func:`crossover_sensitivity`'s rows: crossover (requests/day, log) against prompt tokens (log, ticked
+    at the lengths computed), one line per utilization target, or one line naming them all where their
+    crossovers lie within 2% of each other (lines a reader could not tell apart); where dedicated never
+    wins the line has no point. Returns the Axes."""
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import NullLocator, ScalarFormatter
 
     if ax is None:
         ax = plt.subplots(figsize=(6, 3.5))[1]
+    lines = {}
     for u in sorted({r["utilization"] for r in rows}):
         pts = sorted((r["input_tokens"], r["crossover_rpd"]) for r in rows if r["utilization"] == u)
-        x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts], float)
-        y[~np.isfinite(y)] = np.nan
-        ax.plot(x, y, "o-", ms=3, label=f"utilization target {u:.0%}")
+        lines[u] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts], float))
+    first = next(iter(lines.values()))
+    if len(lines) > 1 and all(np.allclose(y, first[1], rtol=0.02, atol=0, equal_nan=True)
+                              for _, y in lines.values()):
+        lines = {tuple(lines): first}  # the targets' lines would overlap: one line, and the legend says so
+    for u, (x, y) in lines.items():
+        y = np.where(np.isfinite(y), y, np.nan)
+        label = (f"utilization target {u:.0%}" if not isinstance(u, tuple) else
+                 "utilization targets " + ", ".join(f"{v:.0%}" for v in u) + " (crossovers within 2%)")
+        ax.plot(x, y, "o-", ms=3, label=label)
     ever = any(np.isfinite(r["crossover_rpd"]) and r["crossover_rpd"] > 0 for r in rows)
     ax.set(xscale="log", yscale="log" if ever else "linear", xlabel="prompt tokens per request",
            ylabel="crossover (requests/day)",
            title=title or "where dedicated becomes cheaper (no point: never)")
+    ax.set_xticks(sorted({r["input_tokens"] for r in rows}))  # the lengths computed, written out
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
     if not ever:  # a log axis with no point cannot be drawn
         ax.set_yticks([])
         ax.text(0.5, 0.5, "dedicated never becomes cheaper\nat any prompt length or target", ha="center",

@@ -289,22 +289,27 @@ def simulate_fleet(arrivals: Sequence[float] | np.ndarray, service_s: Service, s
 
 
 def plot_fleet(result: dict[str, Any], ax: Any = None) -> Any:
-    """Replicas (ready; ready + starting) and queue depth over time (h), arrival rate (requests/s,
-    hourly means) on a twin axis. Returns the Axes."""
+    """Over the day (h): replicas (ready; ready + starting) with the arrival rate (requests/s, hourly
+    means) on a twin axis, and below them the queue (requests waiting), each on its own scale. ``ax``: a
+    pair of Axes (replicas, queue), default a new figure of two rows. Returns the pair."""
     if ax is None:
         import matplotlib.pyplot as plt
 
-        ax = plt.subplots(figsize=(8, 3.5))[1]
+        ax = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True, height_ratios=(3, 2))[1]
+    top, low = ax
     t, ready, starting, queued = (np.array(x) for x in zip(*result["timeline"], strict=True))
-    ax.step(t / 3600, ready, where="post", label="ready replicas")
-    ax.step(t / 3600, ready + starting, where="post", ls="--", label="ready + starting")
-    ax.step(t / 3600, queued, where="post", alpha=0.6, label="queued requests")
-    ax.set(xlabel="time (h)", ylabel="replicas / queued requests", title="Autoscaled fleet over the day")
-    ax.legend(loc="upper left", fontsize=8)
-    twin, rate = ax.twinx(), np.array(result["arrivals_per_hour"]) / 3600
+    top.step(t / 3600, ready, where="post", label="ready replicas")
+    top.step(t / 3600, ready + starting, where="post", ls="--", label="ready + starting")
+    top.set(ylabel="replicas", title="Autoscaled fleet over the day")
+    top.set_ylim(bottom=0)
+    top.legend(loc="upper left", fontsize=8)
+    twin, rate = top.twinx(), np.array(result["arrivals_per_hour"]) / 3600
     twin.stairs(rate, np.arange(rate.size + 1), color="gray", alpha=0.5)
-    twin.set_ylabel("arrival rate (requests/s, gray)")
-    return ax
+    twin.set_ylabel("arrivals (requests/s, gray)")
+    low.step(t / 3600, queued, where="post", color="tab:green", label="queued requests")
+    low.set(xlabel="time (h)", ylabel="queued requests")
+    low.set_ylim(bottom=0)
+    return top, low
 
 
 def over_seeds(trace: Callable[[int], np.ndarray], configs: dict[str, ScalerConfig], seeds: Sequence[int],

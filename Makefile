@@ -79,14 +79,14 @@ setup-all:
 	@$(MAKE) --no-print-directory -j3 provision llamacpp $(SERVE_DEP)
 
 # llama.cpp's server and tools, built once from the pinned llama-cpp-python sdist's vendored source
-# into the lab's cache (keyed by version and flags; about 4-5 minutes on 2 cores the first time).
+# into the lab's cache (keyed by version and flags; about 5 minutes on 2 cores the first time).
 # Portable AVX2 flags on x86-64, Metal on macOS, CUDA with LABKIT_LLAMACPP_CUDA=1. Without cmake or a
 # C++ compiler it prints what to install and the lab runs on without it.
 llamacpp: $(STAMP)
 	@$(call took,llama.cpp's tools,$(BIN)/python -m labkit.engines.llamacpp_build)
 
 provision: $(STAMP)
-	@echo "== checking the bundled models; the first run converts them into ~/.cache/labkit (about 2.5 GB, a few minutes)"
+	@echo "== checking the bundled models; the first run converts them into ~/.cache/labkit (about 2.5 GB, a few minutes; the chapters' caches bring it to about 3.5 GB)"
 	@$(call took,the bundled models checked,$(BIN)/labkit provision)
 
 # HOST/PORT only from the make command line (a HOST exported by the shell is not an address to serve on).

@@ -140,3 +140,17 @@ def test_a_wer_that_counts_a_substitution_twice_fails():
     assert gap[2] == pytest.approx(1 / 9)
     assert outcome("beyond", "page_wer", {"page_wer_gap": gap[2]}).held is False
     assert outcome("beyond", "page_wer", {"page_wer_gap": gap[1]}).held is True
+
+
+def test_a_cfg_that_starts_from_the_prompts_half_fails():
+    import torch
+
+    def guided(uncond, cond, g, start_from_prompt=False):  # the chapter's cfg; the slip starts from cond
+        return (cond if start_from_prompt else uncond) + g * (cond - uncond)
+
+    gen = torch.Generator().manual_seed(0)
+    uncond, cond = torch.randn(2, 1, 4, 8, 8, generator=gen)
+    diffusers_estimate = uncond + 5.0 * (cond - uncond)  # what the SDXL pipeline hands scheduler.step
+    gap = {s: (guided(uncond, cond, 5.0, s) - diffusers_estimate).abs().max().item() for s in (False, True)}
+    assert outcome("beyond", "page_cfg", {"page_cfg_gap": gap[True]}).held is False
+    assert outcome("beyond", "page_cfg", {"page_cfg_gap": gap[False]}).held is True

@@ -26,6 +26,10 @@ def keep(page: Mapping[str, Any]) -> None:
     # Timing it right: `transcribe()` is lazy
     lazy = take(page, "lazy")[0]
     page_wer_gap, scored = take(page, "page_wer_gap scored")
+    page_cfg_gap = take(page, "page_cfg_gap")[0]
+    record("beyond", "page_cfg_gap", page_cfg_gap, "",
+           "largest |the chapter's cfg on the UNet's two halves - the noise estimate diffusers handed its "
+           "scheduler|, first step of one guided run")
     record("beyond", "page_wer_gap", page_wer_gap, "",
            f"largest |the chapter's wer - jiwer's (labkit.media.wer)| over {len(scored)} transcripts")
 

@@ -240,7 +240,8 @@ def keep(page: Mapping[str, Any]) -> None:
                f"{case} vs {matched[case][0]}, {PROMPTS[-1]} prompt tokens, 70% utilization target")
 
     # The saving at scale
-    TIERS, saving, saving_100m, scale = take(page, "TIERS saving saving_100m scale")
+    TIERS, saving_100m, scale = take(page, "TIERS saving_100m scale")
+    saving = {t: 100 * (1 - 1 / scale[(100, t)]) for t in TIERS}  # against each API tier, at 100M tokens/day
     for m in (1, 10, 100):
         record("production", f"api_large_over_h100_{m}m", scale[(m, "api-large")], "x",
                f"monthly bills at {m}M output tokens/day")

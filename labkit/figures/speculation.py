@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..llm import parallelism
-from ..llm.architecture import param_count
+from ..llm import speculative as spec
+from ..llm.architecture import load_config, param_count
 from ..results import record, unmeasured
 from ..stats import median_interval
 from . import take
@@ -99,8 +100,13 @@ def keep(page: Mapping[str, Any]) -> None:
            "computed: tokens 'Paris weather?' and 'Tokyo weather?' share as a prefix, this tokenizer")
 
     # Parallelism: how many GPUs, and how to split a model over them
-    (cache_rows, cap, device, ds, factor, long, prof, rule, short, text) = take(
-        page, "cache_rows cap device ds factor long prof rule short text")
+    (b200_tutorial, cache_rows, cache_sizes, cap, device, factor, prof) = take(
+        page, "b200_tutorial cache_rows cache_sizes cap device factor prof")
+    by = {r["shared"]: r for r in cache_rows}
+    short, long = by[cache_sizes[0]], by[cache_sizes[-1]]
+    ds = load_config("DeepSeek-V3")
+    rule = parallelism.min_gpus_rule(param_count(ds)["total"], "fp8", b200_tutorial)
+    text = "; ".join(f"{k}: {v:.2f}x" for k, v in factor.items())
     for name, row in (("short", short), ("long", long)):
         record("speculation", f"prefix_miss_ms_{name}", row["miss_s"] * 1e3, "ms",
                f"{row['shared']} shared tokens prefilled")
@@ -144,7 +150,10 @@ def keep(page: Mapping[str, Any]) -> None:
                    f"median TTFT, {order} part first, {v['shared_tokens']}-token system prompt")
 
     # Why large batches erase the gain
-    at = take(page, "at")[0]
+    h100, params, pl = take(page, "h100 params pl")
+    at = {(b, c): spec.roofline_speedup(pl[("copy", 4, 0.0)].alpha, 4, b, params, 2 * params,
+                                        h100.tflops["bf16"] * 1e12, h100.bandwidth_bytes_per_s, c=c)
+          for b in (1, 256, 512) for c in (0.0, 0.1)}
     how = "computed: k = 4, the copy prompt's alpha, bf16 on the H100 roofline"
     record("speculation", "spec_h100_speedup_b1", at[(1, 0.0)], "x", f"{how}, free drafter, batch 1")
     record("speculation", "spec_h100_speedup_b256", at[(256, 0.0)], "x", f"{how}, free drafter, batch 256")

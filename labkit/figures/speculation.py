@@ -121,7 +121,7 @@ def keep(page: Mapping[str, Any]) -> None:
            "computed from its config")
     record("speculation", "deepseek_v3_b200_rule_gpus", rule["exact"], "GPUs",
            "counted params x 1 byte x 1.8 / 192 GB")
-    tp = parallelism.round_up_tp(rule["ceil"], ds)
+    tp = parallelism.round_up_tp(int(rule["ceil"]), ds)
     if tp is None:
         unmeasured("speculation", "deepseek_v3_b200_tp", "no tensor-parallel size in a node fits the rule")
     else:

@@ -144,14 +144,14 @@ def measure(long: str, batches: Sequence[int] = (2048, 64), rounds: int = 2, str
                 servers[b] = srv
         for r in range(rounds):
             for b in (batches if r % 2 == 0 else list(reversed(batches))):
-                running_, arrival = run_sync(_round(servers[b].url, servers[b].model, short, long,
-                                                    streams, tokens, after_s, no_cache(engine, r)))
-                failed = [str(x.error) for x in [arrival, *running_] if x.status != "ok"]
+                answers, arrival = run_sync(_round(servers[b].url, servers[b].model, short, long,
+                                                   streams, tokens, after_s, no_cache(engine, r)))
+                failed = [str(x.error) for x in [arrival, *answers] if x.status != "ok"]
                 if failed:
                     raise RuntimeError(f"a request failed on the {engine} server with budget {b}: "
                                        + "; ".join(failed))
                 ttft = arrival.chunks[0][0]
-                stall, itl = gaps_around(running_, arrival.t_sent, arrival.t_sent + ttft)
+                stall, itl = gaps_around(answers, arrival.t_sent, arrival.t_sent + ttft)
                 out[b].stall_s.append(stall)
                 out[b].itl_s.append(itl)
                 out[b].long_ttft_s.append(ttft)

@@ -24,9 +24,8 @@ def keep(page: Mapping[str, Any]) -> None:
         page, "bandwidth cap device dt matmul_points mm_dtype peak prof results ridge_here scaling")
     r = results[dt]  # the chapter's compute dtype's roofline figures
     record("hardware", "page_roofline_same", bool(take(page, "page_roofline_same")[0]), "",
-           "the chapter's ridge_point, attainable and gemm_intensity against labkit.hardware.roofline, on "
-           "the "
-           "chapter's matmuls, roofs and the H100's datasheet figures")
+           "the chapter's ridge_point, attainable and gemm_intensity against labkit.hardware.roofline, "
+           "on the chapter's matmuls, roofs and the H100's datasheet figures")
     half = cap.dtype if cap.dtype != "float32" else next(d for d in peak if d != "float32")
     record("hardware", "device", device)
     record("hardware", "compute_dtype", cap.dtype, "", cap.reason)

@@ -29,12 +29,10 @@ def keep(page: Mapping[str, Any]) -> None:
     page_rtn_same, page_gptq_ratio, w0 = take(page, "page_rtn_same page_gptq_ratio w0")
     record("optimization", "page_rtn_same", bool(page_rtn_same), "",
            f"the chapter's rtn at 8 bits against labkit's quantize_weight on layer 0's q_proj "
-           f"({w0.shape[0]} x "
-           f"{w0.shape[1]}): the same codes and scales")
+           f"({w0.shape[0]} x {w0.shape[1]}): the same codes and scales")
     record("optimization", "page_gptq_over_labkit", page_gptq_ratio, "x",
            "the chapter's gptq (INT4, one scale per row, columns in order) ÷ labkit's gptq_quantize_weight "
-           "with "
-           "the same settings: relative output error of layer 0's q_proj on its calibration inputs")
+           "with the same settings: relative output error of layer 0's q_proj on its calibration inputs")
     record("optimization", "int8_torchao_max_steps", int8_steps, "steps",
            "largest |labkit INT8 weight - torchao INT8 weight| over the quantized layers, in labkit's "
            "per-row step")

@@ -32,8 +32,7 @@ def keep(page: Mapping[str, Any]) -> None:
     page_batching_gap_s, mine = take(page, "page_batching_gap_s mine")
     record("production", "page_batching_gap_s", page_batching_gap_s, "s",
            f"largest |end time| difference between the chapter's continuous_batching and batchsim's "
-           f"continuous "
-           f"policy, {len(mine)} requests queued at 0 s")
+           f"continuous policy, {len(mine)} requests queued at 0 s")
     record("production", "continuous_over_static_measured", measured_gain, "x",
            f"{target.engine}: output tokens/s, median of "
            f"{len(conts)} rounds, each continuous run vs its round's static gating, {len(work)} requests, "

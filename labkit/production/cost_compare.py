@@ -88,24 +88,23 @@ def plot_sensitivity(rows: list[dict[str, Any]], ax: Any = None, title: str = ""
 
     if ax is None:
         ax = plt.subplots(figsize=(6, 3.5))[1]
-    lines = {}
-    for u in sorted({r["utilization"] for r in rows}):
-        pts = sorted((r["input_tokens"], r["crossover_rpd"]) for r in rows if r["utilization"] == u)
-        lines[u] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts], float))
-    first = next(iter(lines.values()))
-    if len(lines) > 1 and all(np.allclose(y, first[1], rtol=0.02, atol=0, equal_nan=True)
-                              for _, y in lines.values()):
-        lines = {tuple(lines): first}  # the targets' lines would overlap: one line, and the legend says so
-    for u, (x, y) in lines.items():
-        y = np.where(np.isfinite(y), y, np.nan)
-        label = (f"utilization target {u:.0%}" if not isinstance(u, tuple) else
-                 "utilization targets " + ", ".join(f"{v:.0%}" for v in u) + " (crossovers within 2%)")
-        ax.plot(x, y, "o-", ms=3, label=label)
+    targets = sorted({r["utilization"] for r in rows})
+    x = np.array(sorted({r["input_tokens"] for r in rows}))
+    at = {(r["utilization"], r["input_tokens"]): r["crossover_rpd"] for r in rows}
+    y = {u: np.array([at[u, i] for i in x], float) for u in targets}
+    y = {u: np.where(np.isfinite(v), v, np.nan) for u, v in y.items()}  # never: no point
+    if len(targets) > 1 and all(np.allclose(v, y[targets[0]], rtol=0.02, atol=0, equal_nan=True)
+                                for v in y.values()):  # the lines would overlap: one, and the legend says so
+        ax.plot(x, y[targets[0]], "o-", ms=3,
+                label=f"utilization targets {', '.join(f'{u:.0%}' for u in targets)} (crossovers within 2%)")
+    else:
+        for u in targets:
+            ax.plot(x, y[u], "o-", ms=3, label=f"utilization target {u:.0%}")
     ever = any(np.isfinite(r["crossover_rpd"]) and r["crossover_rpd"] > 0 for r in rows)
     ax.set(xscale="log", yscale="log" if ever else "linear", xlabel="prompt tokens per request",
            ylabel="crossover (requests/day)",
            title=title or "where dedicated becomes cheaper (no point: never)")
-    ax.set_xticks(sorted({r["input_tokens"] for r in rows}))  # the lengths computed, written out
+    ax.set_xticks(x)  # the lengths computed, written out
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
     if not ever:  # a log axis with no point cannot be drawn

@@ -122,14 +122,14 @@ def source() -> dict[str, Any]:
 
 def header(chapter: str) -> dict[str, Any]:
     """The header of a new results file of ``chapter`` for this process's run."""
-    from .settings import profile
+    from .settings import profile, study
 
     line, device = machine_key()
     stamp = now()
     return {"chapter": chapter, "notebook": CHAPTERS[chapter], "digest": digest(chapter), "run": RUN_ID,
             "started": stamp,
             "updated": stamp, "machine": line, "device": device, **source(), "profile": profile().name,
-            "values": {}}
+            "study": study(), "values": {}}
 
 
 def plain(value: Any) -> tuple[bool | int | float | str | None, str | None]:

@@ -10,8 +10,9 @@ Set ``LABKIT_PROFILE`` before starting Python (``make lab-metrics LABKIT_PROFILE
 Everything that needs to know which model to use asks :func:`profile` and nothing else.
 Also here, every other ``LABKIT_*`` variable, each checked with an error that names it:
 :func:`cache_dir` (where converted weights live), :func:`set_threads` (how many CPU threads torch
-uses; chapter 00 explains why it matters on small machines), and :func:`base_url`,
-:func:`served_model`, :func:`ollama_model` (which server chapters 02 and 05 measure).
+uses; chapter 00 explains why it matters on small machines), :func:`study` (whether the chapters'
+longer "Going further" studies run), and :func:`base_url`, :func:`served_model`, :func:`ollama_model`
+(which server chapters 02 and 05 measure).
 """
 
 from __future__ import annotations
@@ -91,6 +92,22 @@ def cache_dir() -> Path:
         raise ValueError(f"{where} cannot be used as a writable folder ({e.strerror or e}): "
                          "set LABKIT_CACHE to a folder you can write") from None
     return path
+
+
+#: Why a "Going further" study has no figures in a run without ``LABKIT_STUDY=1`` (every chapter).
+STUDY_SKIPPED = ("this Going further study runs only with LABKIT_STUDY=1 (make report sets it) or with "
+                 "STUDY = True in the chapter's first code cell")
+
+
+def study() -> bool:
+    """Whether the chapters' longer "Going further" studies run: ``$LABKIT_STUDY`` is ``1`` (``make
+    report`` sets it, so the report judges every claim). Unset or ``0``: each chapter's main path only,
+    which keeps a chapter within its few minutes on a 2-core CPU (``make test``)."""
+    raw = os.environ.get("LABKIT_STUDY", "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"LABKIT_STUDY={raw!r}: set it to 1 to run the Going further studies, or 0 "
+                         "(or unset it)")
+    return raw == "1"
 
 
 def default_threads() -> int:

@@ -124,6 +124,15 @@ def test_missing_figure_fails_and_when_skips():
     assert checks.line(checks.evaluate(c, {"x": 0})).startswith("CHECK FAIL")
 
 
+def test_a_check_on_a_going_further_study_skips_only_in_a_run_without_it():
+    c = checks.Check("setup", "t", "a claim", ("x",), lambda v: (v["x"] > 1, ""), {"x": 0}, {"x": 2},
+                     "tests/test_checks.py::test_x", when=checks.studied)
+    skipped = checks.evaluate(c, {"study": False})
+    assert skipped.held is None and "LABKIT_STUDY=1" in skipped.detail
+    assert checks.evaluate(c, {"x": 0, "study": True}).held is False  # the study ran: judged as usual
+    assert checks.evaluate(c, {"study": True}).held is False  # ran and recorded nothing: a failure
+
+
 def _data(values: dict) -> dict:
     return {"chapter": "setup", "device": "cpu",
             "values": {k: {"value": v, "unit": "", "note": ""} for k, v in values.items()}}

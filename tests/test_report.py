@@ -514,6 +514,7 @@ def report_left_out(out: Path) -> dict:
 
 def test_staleness_known_answers(tmp_path, fixed, monkeypatch):
     monkeypatch.setenv("LABKIT_PROFILE", "small")
+    monkeypatch.delenv("LABKIT_STUDY", raising=False)
     nb = tmp_path / "00_setup.ipynb"
     header = {"chapter": "setup", "digest": "d0", "machine": MACHINE[0], "profile": "small",
               "started": "2000-01-01T00:00:00+00:00", "updated": "2000-01-01T00:00:00+00:00"}
@@ -531,6 +532,12 @@ def test_staleness_known_answers(tmp_path, fixed, monkeypatch):
     nb.write_text('{"metadata": {"labkit": {"run": "kernel-1"}}}')
     assert build.staleness({**header, "machine": "another"}, nb) == "recorded on another machine"
     assert build.staleness({**header, "profile": "full"}, nb) == "recorded with profile full"
+    studied = {**header, "study": True}  # a report's run: with the Going further studies
+    assert build.staleness(studied, nb) == "recorded with the Going further studies"
+    monkeypatch.setenv("LABKIT_STUDY", "1")
+    assert build.staleness(studied, nb) is None
+    assert build.staleness(header, nb) == "recorded without the Going further studies"
+    monkeypatch.delenv("LABKIT_STUDY")
     other_code = {**header, "digest": "d9"}
     stale = build.staleness(other_code, nb)
     assert stale and stale.startswith("its notebook, ledger file, checks, or a labkit module")

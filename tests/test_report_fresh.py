@@ -61,6 +61,12 @@ def test_the_report_judged_the_ledgers_current_rows(report):
     assert [r["id"] for r in report["rows"]] == [c.id for c in load_ledger()], f"{FIX}: the ledger changed"
 
 
+def test_every_chapter_of_the_report_ran_its_going_further_studies(report):
+    without = [short for short, data in report["results"].items() if data and not data.get("study")]
+    assert not without, (f"{FIX} (it runs them with LABKIT_STUDY=1); run without the Going further "
+                         f"studies: {', '.join(without)}")
+
+
 def test_no_committed_report_file_has_an_absolute_path():
     files = [p for p in REPORTS.rglob("*") if p.is_file() and p.suffix in (".json", ".html")]
     found = [f"{p.relative_to(ROOT)}: {m}" for p in files

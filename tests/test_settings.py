@@ -22,6 +22,18 @@ def test_unknown_profile_says_what_to_use(monkeypatch):
         prof.profile()
 
 
+def test_study_reads_labkit_study(monkeypatch):
+    monkeypatch.delenv("LABKIT_STUDY", raising=False)
+    assert prof.study() is False
+    monkeypatch.setenv("LABKIT_STUDY", "1")
+    assert prof.study() is True
+    monkeypatch.setenv("LABKIT_STUDY", "0")
+    assert prof.study() is False
+    monkeypatch.setenv("LABKIT_STUDY", "yes")
+    with pytest.raises(ValueError, match="LABKIT_STUDY='yes'.*set it to 1"):
+        prof.study()
+
+
 def test_threads(monkeypatch):
     monkeypatch.setenv("LABKIT_THREADS", "1")
     assert prof.default_threads() == 1

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chapters import CHAPTERS
+from ..settings import STUDY_SKIPPED
 
 Values = Mapping[str, Any]
 Test = Callable[[Values], tuple[bool, str]]
@@ -91,6 +92,12 @@ def check(chapter: str, claim: str, *, needs: tuple[str, ...], broken: str, fail
         return test
 
     return register
+
+
+def studied(v: Values) -> str | None:
+    """``when`` of a check on a "Going further" study's figures: skipped in a run without the study
+    (the chapter records ``study``: ``LABKIT_STUDY=1``, as ``make report`` runs it)."""
+    return None if v.get("study") else STUDY_SKIPPED
 
 
 def checks(chapter: str) -> list[Check]:

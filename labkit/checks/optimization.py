@@ -11,6 +11,7 @@ cache's bytes (``test_kv_quantization_error_and_bytes``).
 
 from __future__ import annotations
 
+from ..settings import STUDY_SKIPPED
 from . import Values, check
 
 CH = "optimization"
@@ -55,14 +56,16 @@ def int8_matches_torchao(v: Values) -> tuple[bool, str]:
 
 
 def _no_llamacpp(v: Values) -> str | None:
+    if not v.get("study"):
+        return STUDY_SKIPPED
     return "llama.cpp is not built here (make llamacpp)" if v.get("gguf_levels") == 0 else None
 
 
 @check(CH, "llama.cpp's Q8_0 level, made from the shipped Q4_1 file, keeps its perplexity within 1% (8-bit "
        "blocks hold the 4-bit values almost exactly)", needs=("gguf_q8_0_ppl_over_base",), when=_no_llamacpp,
        broken=BROKEN + "test_an_8bit_level_made_from_the_wrong_file_fails",
-       fails_on={"gguf_q8_0_ppl_over_base": 1.18},  # Q8_0 made from the Q4_0 file: two roundings
-       holds_on={"gguf_q8_0_ppl_over_base": 1.0004})
+       fails_on={"gguf_q8_0_ppl_over_base": 1.18, "study": True},  # Q8_0 made from Q4_0: two roundings
+       holds_on={"gguf_q8_0_ppl_over_base": 1.0004, "study": True})
 def gguf_q8_quality(v: Values) -> tuple[bool, str]:
     r = v["gguf_q8_0_ppl_over_base"]
     return abs(r - 1) <= 0.01, f"Q8_0 perplexity {r - 1:+.2%} against the Q4_1 file it was made from"

@@ -16,6 +16,7 @@ from ..media import asr, denoiser, digits, multimodal
 from ..media.asr import WHISPER_LARGE_V3
 from ..media.wer import wer
 from ..results import record, unmeasured
+from ..settings import STUDY_SKIPPED
 from ..stats import median_interval
 from . import take
 
@@ -130,21 +131,26 @@ def keep(page: Mapping[str, Any]) -> None:
                f"all-MiniLM-L6-v2, {len(docs)} prompts, {name}, median of 2 alternating rounds")
 
     # Going further: streaming over a WebSocket
-    best, ws, ws_text = take(page, "best ws ws_text")
-    for (chunk, n), s in ws.items():
-        for q in ("p50", "p99"):
-            record("beyond", f"ws_rtt_{q}_ms_chunk{chunk * 1000:.0f}_streams{n}", s[q], "ms",
-                   f"{p.whisper_fast}, {chunk:g} s chunks, {n} stream(s), {s['n']} chunks over a WebSocket")
-    record("beyond", "ws_rtt_p50_best_1stream_ms", ws[best, 1]["p50"], "ms",
-           f"{p.whisper_fast}, one stream at real-time "
-           f"pace, best chunk size {best:g} s, P50 of {ws[best, 1]['n']} chunks, send -> partial")
-    record("beyond", "ws_within_target_best", ws[best, 1]["within"], "fraction",
-           "chunks answered within 200 ms, same runs")
-    record("beyond", "ws_queueing_4_over_1", ws[1.0, 4]["p50"] / ws[1.0, 1]["p50"], "x",
-           "P50 round trip, 1 s chunks, 4 streams ÷ 1")
-    record("beyond", "ws_vs_in_process_wer", wer(take(page, "in_process")[0], ws_text[2.0, 1]), "fraction",
-           f"{p.whisper_fast}: the server's partials (2 s chunks, 1 stream) against the same chunks "
-           f"transcribed in-process")
+    if not take(page, "STUDY")[0]:
+        unmeasured("beyond", "ws_rtt_p50_best_1stream_ms", STUDY_SKIPPED)
+    else:
+        best, ws, ws_text = take(page, "best ws ws_text")
+        for (chunk, n), s in ws.items():
+            for q in ("p50", "p99"):
+                record("beyond", f"ws_rtt_{q}_ms_chunk{chunk * 1000:.0f}_streams{n}", s[q], "ms",
+                       f"{p.whisper_fast}, {chunk:g} s chunks, {n} stream(s), {s['n']} chunks over a "
+                       "WebSocket")
+        record("beyond", "ws_rtt_p50_best_1stream_ms", ws[best, 1]["p50"], "ms",
+               f"{p.whisper_fast}, one stream at real-time "
+               f"pace, best chunk size {best:g} s, P50 of {ws[best, 1]['n']} chunks, send -> partial")
+        record("beyond", "ws_within_target_best", ws[best, 1]["within"], "fraction",
+               "chunks answered within 200 ms, same runs")
+        record("beyond", "ws_queueing_4_over_1", ws[1.0, 4]["p50"] / ws[1.0, 1]["p50"], "x",
+               "P50 round trip, 1 s chunks, 4 streams ÷ 1")
+        in_process = take(page, "in_process")[0]
+        record("beyond", "ws_vs_in_process_wer", wer(in_process, ws_text[2.0, 1]), "fraction",
+               f"{p.whisper_fast}: the server's partials (2 s chunks, 1 stream) against the same chunks "
+               f"transcribed in-process")
 
     # Going further: fewer steps
     sweep = take(page, "sweep")[0]

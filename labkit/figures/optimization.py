@@ -15,6 +15,7 @@ from ..llm import quant_bench as QB
 from ..llm.architecture import load_config
 from ..llm.memory import weight_bytes
 from ..results import record, unmeasured
+from ..settings import STUDY_SKIPPED
 from ..stats import median_interval
 from . import take
 
@@ -164,7 +165,7 @@ def keep(page: Mapping[str, Any]) -> None:
            f"/ INT8")
 
     # The same levels with fused kernels: llama.cpp
-    gguf_rows = take(page, "gguf_rows")[0]
+    gguf_rows, studied = take(page, "gguf_rows STUDY")
     for key, (value, unit, note, spread) in GL.figures(gguf_rows).items():
         record("optimization", key, value, unit, note, spread=spread)
     if not gguf_rows:  # llama.cpp is not built here: the claims on its levels say why they have no figure
@@ -173,7 +174,7 @@ def keep(page: Mapping[str, Any]) -> None:
                     "gguf_q4_0_bits_per_weight", "gguf_q4_k_m_bits_per_weight", "gguf_q4_0_bytes_per_param",
                     "gguf_q4_k_m_bytes_per_param", "gguf_q4_0_ppl_over_base", "gguf_q4_k_m_ppl_over_base",
                     "gguf_q8_0_ppl_over_base"):
-            unmeasured("optimization", key, llamacpp.unavailable_reason())
+            unmeasured("optimization", key, llamacpp.unavailable_reason() if studied else STUDY_SKIPPED)
 
     # The tutorial's AutoGPTQ example
     (fp_w, gain_kept, layer_err, one, one_err, one_rank, probe) = take(
@@ -223,18 +224,22 @@ def keep(page: Mapping[str, Any]) -> None:
         record("optimization", f"kl_kv_{b}bit_kivi", risk[(QB.KIVI, b)]["kl"], "nats/token",
                f"KV cache alone at {b} bits, KIVI-style (asymmetric, keys per channel), 128 held-out tokens")
 
-    carry = take(page, "carry")[0]  # attention rounded to INT8, three 512-token stretches, float32
-    for key, figure, unit, how in (
-            ("attention_error_carried_share", "carried", "fraction",
-             "KL at the 384 tokens after the first 128 ÷ KL at those 128, when only the first 128 query "
-             "rows' attention probabilities were rounded to INT8"),
-            ("attention_error_growth_every_row", "growth", "x",
-             "KL in a window's last 128 positions ÷ its first 128, every row's attention probabilities "
-             "at INT8")):
-        iv = median_interval(carry[figure])
-        record("optimization", key, iv["median"], unit,
-               f"{how}; float32, median and range over {iv['n']} 512-token stretches of the held-out text",
-               spread=(iv["lo"], iv["hi"], int(iv["n"])))
+    if not studied:  # attention rounded to INT8, three 512-token stretches, float32 (a Going further study)
+        unmeasured("optimization", "attention_error_carried_share", STUDY_SKIPPED)
+    else:
+        carry = take(page, "carry")[0]
+        for key, figure, unit, how in (
+                ("attention_error_carried_share", "carried", "fraction",
+                 "KL at the 384 tokens after the first 128 ÷ KL at those 128, when only the first 128 query "
+                 "rows' attention probabilities were rounded to INT8"),
+                ("attention_error_growth_every_row", "growth", "x",
+                 "KL in a window's last 128 positions ÷ its first 128, every row's attention probabilities "
+                 "at INT8")):
+            iv = median_interval(carry[figure])
+            record("optimization", key, iv["median"], unit,
+                   f"{how}; float32, median and range over {iv['n']} 512-token stretches of the held-out "
+                   "text",
+                   spread=(iv["lo"], iv["hi"], int(iv["n"])))
 
     aq, aq_ratio, aq_div = take(page, "aq aq_ratio aq_div")  # W8A8 (torchao) against the float model
     rows = f"the first block's {aq['layers']} linear layers at {aq['tokens']} rows"

@@ -11,6 +11,7 @@ import numpy as np
 from ..engines import llamacpp, vllm
 from ..production import coldstart
 from ..results import record, unmeasured
+from ..settings import STUDY_SKIPPED
 from ..stats import median_interval
 from . import take
 
@@ -153,21 +154,24 @@ def keep(page: Mapping[str, Any]) -> None:
                    "needs the small profile's bundled GGUF and llama.cpp (make llamacpp)")
 
     # The autoscaler, one change at a time, for two request lengths
-    DAY_SEEDS, HOLD_S, day_step = take(page, "DAY_SEEDS HOLD_S day_step")
-    names = dict.fromkeys(b for _, b in day_step)  # the ladder's steps 2-4, in order
-    steps = dict(zip(names, ("behaviour", "running", "queue_second"), strict=True))
-    for (case, name), v in day_step.items():
-        record("production", f"hpa_step_{steps[name]}_{case}", v["value"], "x",
-               f"late or dropped after / before one change ({name}), requests holding a slot "
-               f"{HOLD_S[case]:g} s, means over {v['n']} days, 95% bootstrap over days",
-               spread=(v["lo"], v["hi"], v["n"]))
-    worst = max(day_step, key=lambda k: day_step[k]["value"])
-    record("production", "hpa_worst_tuning_step", day_step[worst]["value"], "x",
-           f"the largest of the {len(day_step)} one-change ratios ({worst[1]}, {worst[0]} requests of "
-           f"{HOLD_S[worst[0]]:g} s); interval: the largest low end and the largest high end",
-           spread=(
-               max(v["lo"] for v in day_step.values()), max(v["hi"] for v in day_step.values()),
-               len(DAY_SEEDS)))
+    if not take(page, "STUDY")[0]:
+        unmeasured("production", "hpa_worst_tuning_step", STUDY_SKIPPED)
+    else:
+        DAY_SEEDS, HOLD_S, day_step = take(page, "DAY_SEEDS HOLD_S day_step")
+        names = dict.fromkeys(b for _, b in day_step)  # the ladder's steps 2-4, in order
+        steps = dict(zip(names, ("behaviour", "running", "queue_second"), strict=True))
+        for (case, name), v in day_step.items():
+            record("production", f"hpa_step_{steps[name]}_{case}", v["value"], "x",
+                   f"late or dropped after / before one change ({name}), requests holding a slot "
+                   f"{HOLD_S[case]:g} s, means over {v['n']} days, 95% bootstrap over days",
+                   spread=(v["lo"], v["hi"], v["n"]))
+        worst = max(day_step, key=lambda k: day_step[k]["value"])
+        record("production", "hpa_worst_tuning_step", day_step[worst]["value"], "x",
+               f"the largest of the {len(day_step)} one-change ratios ({worst[1]}, {worst[0]} requests of "
+               f"{HOLD_S[worst[0]]:g} s); interval: the largest low end and the largest high end",
+               spread=(
+                   max(v["lo"] for v in day_step.values()), max(v["hi"] for v in day_step.values()),
+                   len(DAY_SEEDS)))
 
     # Which replica: round-robin, least-loaded or prefix-aware (simulated)
     lb_runs = take(page, "lb_runs")[0]

@@ -12,6 +12,7 @@ from ..llm import parallelism
 from ..llm import speculative as spec
 from ..llm.architecture import load_config, param_count
 from ..results import record, unmeasured
+from ..settings import STUDY_SKIPPED
 from ..stats import median_interval
 from . import take
 
@@ -70,9 +71,10 @@ def keep(page: Mapping[str, Any]) -> None:
            f"copy prompt, k = 4: tokens per pass / the measured cost of a {K + 1}-token pass (drafting free)")
 
     # A draft model of its own (llama.cpp: the bundled Q4_1 drafting for the same weights in F32)
-    draft_run = take(page, "draft_run")[0]
+    draft_run, studied = take(page, "draft_run STUDY")
     if draft_run is None:
-        unmeasured("speculation", "draft_model_speedup", "llama.cpp is not built here (make llamacpp)")
+        unmeasured("speculation", "draft_model_speedup",
+                   "llama.cpp is not built here (make llamacpp)" if studied else STUDY_SKIPPED)
     else:
         d_sp, d_acc = draft_run.speedup, draft_run.acceptance
         how = f"llama-server, F32 target, Q4_1 draft, k = {draft_run.k}, copy and open prompts, greedy"
@@ -161,7 +163,9 @@ def keep(page: Mapping[str, Any]) -> None:
     record("speculation", "spec_h100_speedup_b512_c01", at[(512, 0.1)], "x",
            f"{how}, a drafter costing 0.1 target steps per guess, batch 512")
 
-    # Going further: paged KV blocks against a contiguous reservation
+    # Going further: paged KV blocks against a contiguous reservation (no claim reads these)
+    if not studied:
+        return
     r = take(page, "paged_rows")[0][2048]  # the section's rows, at a 2,048-token reservation
     record("speculation", "paged_kv_live_share", r["paged_live_share"], "fraction",
            f"live KV tokens / tokens in 16-token blocks, {r['sequences']} requests of the lab's prompts and "

@@ -133,8 +133,8 @@ def keep(page: Mapping[str, Any]) -> None:
            "requests", "answered, each with exactly the tokens asked for")
 
     # Going further: a long prompt arrives
-    interf = take(page, "interf")[0]
-    for b, r in interf.items():
+    interf = take(page, "interf")[0]  # None: the study did not run (no claim reads it)
+    for b, r in (interf or {}).items():
         record("stack", f"prefill_stall_s_batch{b}", r.median("stall_s"), "s",
                f"{r.flag}: longest gap of a running answer while a {r.long_tokens}-token prompt "
                f"prefilled, median of {len(r.stall_s)} rounds",

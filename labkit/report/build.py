@@ -5,7 +5,8 @@ For each chapter the report needs two things from one run: ``build/results/<chap
 the chapter recorded, :mod:`labkit.results`) and the executed notebook ``build/<notebook>.ipynb``.
 It reuses them when they come from the same chapter sources (the digest of its notebook, ledger
 file, checks, and every labkit module and data file the run used, :func:`labkit.chapters.digest`),
-this machine and this profile, the notebook was
+this machine, this profile and with the Going further studies or without them as now
+(``python -m labkit.report`` runs them: ``LABKIT_STUDY=1`` unless set otherwise), the notebook was
 written after the last value was recorded, and the run raised no error; otherwise it runs the
 chapter (:func:`labkit.chapters.run_chapter`). So ``make report`` re-runs only the chapters whose
 digest changed. ``--rerun`` runs every chapter; ``--chapters`` picks some (the others are reused
@@ -32,7 +33,7 @@ from typing import Any
 from ..chapters import CHAPTERS, available, digest, names, resolve, run_chapter
 from ..paths import REPO
 from ..results import load, machine_key, source
-from ..settings import profile
+from ..settings import profile, study
 from .glossary import render_glossary
 from .ledger import load_ledger
 from .machines import read_machines, relative_paths, write_machine
@@ -60,6 +61,8 @@ def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = Fals
                 "it ran")
     if data.get("profile") != profile().name:
         return f"recorded with profile {data.get('profile')}"
+    if data.get("study", False) != study():
+        return ("recorded with" if data.get("study") else "recorded without") + " the Going further studies"
     if not executed.is_file():
         return "its executed notebook is missing"
     if executed_run(executed) != data.get("run"):

@@ -99,3 +99,24 @@ def test_a_page_loop_that_keeps_one_draft_too_many_fails(tiny_llama):
         figure[slip] = {"page_spec_same": out == ref_out and passes == ref_st.target_passes}
     assert outcome(CH, "page_spec_matches", figure[1]).held is False
     assert outcome(CH, "page_spec_matches", figure[0]).held is True
+
+
+# ---- paged KV: vLLM's own meter ------------------------------------------------------------------
+
+def test_paged_arithmetic_that_rounds_blocks_down_fails(monkeypatch):
+    from labkit.experiments import vllm_kv_blocks as vk
+    from labkit.llm import paged_kv
+
+    # vLLM's CPU build on three of the chapter's prompt lengths: 32 new tokens each, 128-token blocks
+    meter = vk.KVMeter((35, 200, 130), 32, 128, 364, 22.75, ((3, 5 / 364),))
+
+    def figures() -> dict:
+        lo, hi = meter.expected
+        return {"vllm_kv_blocks_used": meter.used_blocks, "vllm_kv_blocks_lo": lo, "vllm_kv_blocks_hi": hi,
+                "study": True, "vllm_kv_metered": True}
+
+    right = figures()
+    # the slip: a sequence's blocks rounded down, as if a partly filled last block took no memory
+    monkeypatch.setattr(vk, "blocks", mutated(paged_kv.blocks, ("math.ceil(n / block)", "n // block")))
+    assert outcome(CH, "vllm_kv_meter", figures()).held is False
+    assert outcome(CH, "vllm_kv_meter", right).held is True

@@ -11,8 +11,7 @@ cache's bytes (``test_kv_quantization_error_and_bytes``).
 
 from __future__ import annotations
 
-from ..settings import STUDY_SKIPPED
-from . import Values, check
+from . import Values, check, studied
 
 CH = "optimization"
 BROKEN = "tests/test_lab_checks_optimization.py::"
@@ -56,9 +55,8 @@ def int8_matches_torchao(v: Values) -> tuple[bool, str]:
 
 
 def _no_llamacpp(v: Values) -> str | None:
-    if not v.get("study"):
-        return STUDY_SKIPPED
-    return "llama.cpp is not built here (make llamacpp)" if v.get("gguf_levels") == 0 else None
+    built = v.get("gguf_levels") != 0
+    return studied(v) or (None if built else "llama.cpp is not built here (make llamacpp)")
 
 
 @check(CH, "llama.cpp's Q8_0 level, made from the shipped Q4_1 file, keeps its perplexity within 1% (8-bit "

@@ -12,7 +12,7 @@ vocabulary (``tests/test_speculative.py``).
 
 from __future__ import annotations
 
-from . import Values, check
+from . import Values, check, studied
 
 CH = "speculation"
 BROKEN = "tests/test_lab_checks_speculation.py::"
@@ -52,3 +52,20 @@ def spec_early_exit_lossless(v: Values) -> tuple[bool, str]:
 def prefix_logits(v: Values) -> tuple[bool, str]:
     d = v["prefix_max_logit_diff_fp32"]
     return d <= 1e-3, f"largest |difference| {d:.1e} (tolerance 1e-3: fp32 rounding is about 1e-5)"
+
+
+def _vllm_metered(v: Values) -> str | None:
+    return studied(v) or (None if v.get("vllm_kv_metered") else "vLLM cannot run here (make serve-setup)")
+
+
+@check(CH, "while every request ran, vLLM's own KV meter showed the blocks the paged arithmetic gives at "
+       "the server's block size", needs=("vllm_kv_blocks_used", "vllm_kv_blocks_lo", "vllm_kv_blocks_hi"),
+       when=_vllm_metered, broken=BROKEN + "test_paged_arithmetic_that_rounds_blocks_down_fails",
+       # 30 prompts of 35-260 tokens, 32 new tokens each, 128-token blocks: 38-40; rounded down 12-20
+       fails_on={"vllm_kv_blocks_used": 40, "vllm_kv_blocks_lo": 12, "vllm_kv_blocks_hi": 20,
+                 "study": True, "vllm_kv_metered": True},
+       holds_on={"vllm_kv_blocks_used": 40, "vllm_kv_blocks_lo": 38, "vllm_kv_blocks_hi": 40,
+                 "study": True, "vllm_kv_metered": True})
+def vllm_kv_meter(v: Values) -> tuple[bool, str]:
+    used, lo, hi = v["vllm_kv_blocks_used"], v["vllm_kv_blocks_lo"], v["vllm_kv_blocks_hi"]
+    return lo <= used <= hi, f"vLLM: {used} blocks in use; the paged arithmetic: {lo} to {hi}"

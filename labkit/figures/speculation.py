@@ -175,3 +175,16 @@ def keep(page: Mapping[str, Any]) -> None:
     record("speculation", "paged_over_contiguous_fit_2048", r["fit_paged"] / r["fit_contiguous"], "x",
            "computed: sequences of this mix a Qwen3-4B KV budget on an H100 holds, paged / contiguous at "
            "2,048")
+    kv_meter = take(page, "kv_meter")[0]  # vLLM's own meter, the same prompts (None: no vLLM here)
+    record("speculation", "vllm_kv_metered", kv_meter is not None, "", "vLLM ran the paged-KV meter")
+    if kv_meter is not None:
+        lo, hi = kv_meter.expected
+        how = (f"{len(kv_meter.prompt_tokens)} of the lab's prompts at once, {kv_meter.tokens} new tokens "
+               f"each, {kv_meter.block_size}-token blocks (the server's own)")
+        record("speculation", "vllm_kv_blocks_used", kv_meter.used_blocks, "blocks",
+               f"measured: vLLM's KV usage x its {kv_meter.total_blocks} blocks while every request ran, "
+               f"{how}")
+        record("speculation", "vllm_kv_blocks_lo", lo, "blocks",
+               f"computed: paged arithmetic after the first token, {how}")
+        record("speculation", "vllm_kv_blocks_hi", hi, "blocks",
+               f"computed: paged arithmetic at the last token, {how}")

@@ -15,6 +15,12 @@ import math
 from collections.abc import Sequence
 
 
+def blocks(lengths: Sequence[int], block: int) -> int:
+    """KV blocks of ``block`` tokens that sequences of ``lengths`` tokens hold: each a whole number of
+    blocks, its last one partly empty."""
+    return sum(math.ceil(n / block) for n in lengths)
+
+
 def reservation(lengths: Sequence[int], reserve: int, block: int = 16, budget_tokens: int | None = None
                 ) -> dict[str, float]:
     """For sequences of ``lengths`` tokens (prompt plus answer, at their end): ``live`` tokens, the
@@ -29,7 +35,7 @@ def reservation(lengths: Sequence[int], reserve: int, block: int = 16, budget_to
         raise ValueError(f"reserve ({reserve}) must hold the longest sequence ({max(lengths)}) and block "
                          f"({block}) be at least 1 token")
     live = sum(lengths)
-    paged = sum(math.ceil(n / block) * block for n in lengths)
+    paged = blocks(lengths, block) * block
     contiguous = reserve * len(lengths)
     out = {"sequences": len(lengths), "live": live, "contiguous": contiguous, "paged": paged,
            "contiguous_live_share": live / contiguous, "paged_live_share": live / paged}

@@ -56,8 +56,8 @@ def llamacpp_required() -> bool:
 def default_threads() -> int:
     """Threads for llama.cpp: ``$LABKIT_LLAMACPP_THREADS``, else every logical CPU up to 8 (llama.cpp's
     decode is memory-bound: past a few cores more threads stop helping). No core is left free for the
-    client: on a 2-core machine ``labkit bench --llamacpp`` measured llama-server with 2 threads at
-    0.53-0.62x the TPOT of 1 thread at concurrency 1 and 0.43-0.53x at 4 (3 rounds, issue 22)."""
+    client: on 2 cores, two llama.cpp threads beside the load generator still decode faster than one
+    (``LABKIT_LLAMACPP_THREADS=1 labkit bench --llamacpp`` against the default shows it)."""
     env = os.environ.get("LABKIT_LLAMACPP_THREADS", "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:

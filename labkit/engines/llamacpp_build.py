@@ -14,8 +14,8 @@ They go into ``<cache>/llamacpp/<version>-<flags hash>/bin`` (the cache is ``$LA
 
 * Linux/Windows x86-64: portable, not native: ``GGML_NATIVE=OFF`` with AVX2, FMA and F16C on. A native
   build once crashed at its first token on a VM whose CPU reports AMX the VM does not allow; AVX2 runs
-  on every x86-64 CPU of the last decade (Intel Haswell, AMD Zen). Built and run here (2-core Intel
-  Xeon and AMD EPYC lab machines: 255-300 s).
+  on every x86-64 CPU of the last decade (Intel Haswell, AMD Zen). ``make llamacpp`` prints how long
+  the build took (minutes on 2 cores).
 * macOS: llama.cpp's defaults, which build with Metal on Apple silicon (not tried here: no Mac).
 * ``LABKIT_LLAMACPP_CUDA=1``: ``GGML_CUDA=ON`` for an NVIDIA machine with the CUDA toolkit (not
   tried here: the lab's GPU machines have no compiler toolkit).

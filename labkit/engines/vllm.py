@@ -31,7 +31,7 @@ Flags, and why (see :func:`vllm_command` and :func:`vllm_env`):
   compute thread per remaining core, which on 2 shared cores pins the model to one core that other
   work also wants. With the threads set by hand the model worker can run inside the engine process
   (``--distributed-executor-backend uni`` + ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), which saves
-  starting a third Python process that imports torch (10-25 s here). Elsewhere vLLM's defaults are
+  starting a third Python process that imports torch (seconds on a 2-core CPU). Elsewhere vLLM's defaults are
   kept (``auto``: one pinned thread per physical core, a separate worker process). Override with
   ``threads=`` or by exporting the variables yourself.
 """

@@ -4,7 +4,8 @@
 16-bit formats halve the bytes a decode step reads, but they only pay where the hardware has
 16-bit arithmetic. A CPU with AVX-512 BF16 or AMX multiplies bf16 natively; an AVX2-only CPU
 (older Intel, most AMD EPYC/Ryzen before Zen 4) has no bf16 instructions, and torch falls back to
-converting element by element: a bf16 matmul was measured 67x *slower* than fp32 on such a CPU.
+converting element by element, so a bf16 matmul there is many times *slower* than fp32 (chapter 04
+measures it where it runs).
 So the choice is made per device:
 
 * CUDA: bf16 where the GPU supports it (compute capability 8.0+), else fp16.

@@ -144,17 +144,16 @@ def step_costs(single: RunSummary | Sequence[RunSummary],
       the median TTFT less one decode step (the median inter-token latency: the first token also
       needs a step), at the mean prompt length.
       Calibrate with prompts as long as the workload's: on a CPU the cost per prompt token grows
-      with the prompt (chapter 08 measured 1.3 ms per token at about 110 tokens and over 4 ms at
-      about 570 on 2 AVX2 cores).
+      with the prompt (attention's share grows with its length).
     * ``decode_points`` [(batch, s)]: the median inter-token latency at each concurrency (at
       concurrency ``c`` a step serves ``c`` streams; the median skips the few gaps stretched by
       another request's prefill, which the simulator adds itself).
 
     Runs repeated at one concurrency give one point: ``pick="fastest"`` the fastest of them
     (background load only ever slows a run), ``"median"`` their median (the typical run, as chapter
-    08 uses beside its median measured run). On the 2-core lab machine a few-second run sometimes
-    lands in a mode about 1.5x slower (decode steps of 65 instead of 45 ms), so a single run is no
-    calibration; :func:`paired_rounds` judges each round against its own calibration."""
+    08 uses beside its median measured run). On a shared 2-core machine a few-second run can land in a
+    slower mode for its whole length, so a single run is no calibration; :func:`paired_rounds` judges
+    each round against its own calibration."""
     if pick not in ("fastest", "median"):
         raise ValueError(f"pick must be 'fastest' or 'median', got {pick!r}")
     choose = min if pick == "fastest" else (lambda v: float(np.median(v)))

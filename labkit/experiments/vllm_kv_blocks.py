@@ -65,9 +65,10 @@ async def _run(url: str, model: str, prompts: Sequence[Sequence[int]], tokens: i
             return int(r.json()["usage"]["prompt_tokens"])
 
         sent = [asyncio.create_task(one(p)) for p in prompts]
+        usage = None  # the gauge's name in this release, found in the first scrape
         while not all(t.done() for t in sent):
             m = prometheus.samples((await client.get(f"{url}/metrics")).text, "vllm:")
-            usage = prometheus.metric_name(m, "kv_usage")
+            usage = usage or prometheus.metric_name(m, "kv_usage")
             if usage is None:
                 raise RuntimeError("the server exports no KV-cache usage gauge (vllm:kv_cache_usage_perc)")
             readings.append((round(m.get("vllm:num_requests_running", 0.0)), m[usage]))
@@ -95,11 +96,12 @@ def cache_config(metrics_text: str) -> tuple[int, int, float | None]:
     ``vllm:cache_config_info`` in a ``/metrics`` text. ``RuntimeError`` when the block size or the
     block count is missing."""
     info = prometheus.samples(metrics_text, "vllm:cache_config_info", keep=LABELS)
-    labels = {k: prometheus.by_label(info, "vllm:cache_config_info", k) for k in LABELS}
-    try:
-        block, total = int(min(labels["block_size"])), int(min(labels["num_gpu_blocks"]))
-    except ValueError as e:  # no sample of the metric, or a label missing or not a number
+    value = {k: set(prometheus.by_label(info, "vllm:cache_config_info", k)) - {"", "None"} for k in LABELS}
+    try:  # one engine's config (several data-parallel engines export the same labels once)
+        (block_label,), (total_label,) = value["block_size"], value["num_gpu_blocks"]
+        block, total = int(block_label), int(total_label)
+    except ValueError as e:  # no such sample, a label missing or not a number
         raise RuntimeError("the server's vllm:cache_config_info gives no block_size and num_gpu_blocks "
                            "labels: is it vLLM?") from e
-    conc = next(iter(labels["kv_cache_max_concurrency"]), "")
-    return block, total, float(conc) if conc not in ("", "None") else None
+    conc = [float(c) for c in value["kv_cache_max_concurrency"]]
+    return block, total, conc[0] if conc else None

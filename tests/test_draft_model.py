@@ -68,3 +68,13 @@ def test_without_llamacpp_it_says_why(monkeypatch):
     monkeypatch.setattr(llamacpp, "llamacpp_available", lambda: False)
     with pytest.raises(RuntimeError):
         dm.measure(["a"])
+
+
+def test_a_pair_of_its_own_starts_the_given_files(stand_ins, tmp_path):
+    # the stand-in names a server by its file: the family pair's target must serve as "target" and as
+    # "target + draft", its draft alone as "draft", and -md must name the draft file
+    run = dm.measure(["a"], rounds=1, target=tmp_path / "f32.gguf", draft=tmp_path / "small.gguf")
+    starts = [e for e in stand_ins if e[0] == "start"]
+    assert [s[1] for s in starts] == list(dm.SERVERS)
+    assert str(tmp_path / "small.gguf") in starts[1][2]
+    assert run.compared == 1

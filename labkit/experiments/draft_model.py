@@ -1,14 +1,16 @@
 """A separate draft model in a real engine (chapter 06b, "Going further: a draft model of its own").
 
-llama-server decodes the lab's model in F32 (the *target*: the bundled Q4_1 GGUF turned back into
-floats by ``llama-quantize``, the same weights the float safetensors copy holds) and, started with
-``-md``, drafts with a second model: the bundled Q4_1 GGUF itself, a 4-bit copy with its own weights
-and its own KV cache, ``k`` tokens at a time (``--spec-type draft-simple --spec-draft-n-max k``).
-:func:`measure` keeps three servers up at once (the target alone, the target with its draft, the
-draft alone) and asks each, in turn, for greedy answers to the same chat prompts, round after round
-in rotating order so a drift of the machine hits all three alike. Speeds are llama.cpp's own decode
-timings (``timings.predicted_n / predicted_ms``: the prompt's prefill excluded); the draft counts
-are the server's (``draft_n``, ``draft_n_accepted``). :class:`DraftRounds` holds the result.
+llama-server decodes a *target* model and, started with ``-md``, drafts with a second model that has its
+own weights and its own KV cache, ``k`` tokens at a time (``--spec-type draft-simple --spec-draft-n-max
+k``). Two pairs: the tutorial's, a smaller model of the same family (Qwen2.5-Coder 0.5B drafting for
+1.5B, both Q4_K_M: :data:`labkit.models.DRAFT_PAIR`, from ``make draft-models``), and the lab's own
+model drafting for itself (the default: the bundled Q4_1 GGUF for the same weights in F32, turned
+back into floats by ``llama-quantize``). :func:`measure` keeps three servers up at once (the target
+alone, the target with its draft, the draft alone) and asks each, in turn, for greedy answers to the
+same chat prompts, round after round in rotating order so a drift of the machine hits all three alike.
+Speeds are llama.cpp's own decode timings (``timings.predicted_n / predicted_ms``: the prompt's prefill
+excluded); the draft counts are the server's (``draft_n``, ``draft_n_accepted``). :class:`DraftRounds`
+holds the result.
 """
 
 from __future__ import annotations
@@ -105,14 +107,16 @@ def _ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
 
 
 def measure(prompts: Sequence[str], k: int = 4, rounds: int = 4, max_tokens: int = 32,
-            threads: int | None = None, draft: str | Path | None = None) -> DraftRounds:
+            threads: int | None = None, target: str | Path | None = None,
+            draft: str | Path | None = None) -> DraftRounds:
     """Greedy answers of ``max_tokens`` at most to each of ``prompts`` from the three servers of the
-    module doc, ``rounds`` times (the order rotates by one server each round); ``draft``: another GGUF
-    of the same model to draft with (default: the bundled Q4_1). ``RuntimeError`` where
-    llama.cpp is not built, or where the server drafted nothing (a build without ``draft-simple``)."""
+    module doc, ``rounds`` times (the order rotates by one server each round). ``target`` and ``draft``:
+    GGUF files sharing a tokenizer (default: the bundled model in F32, and its Q4_1). ``RuntimeError``
+    where llama.cpp is not built, or where the server drafted nothing (a build without ``draft-simple``)."""
     if not llamacpp.llamacpp_available():
         raise RuntimeError(llamacpp.unavailable_reason())
-    target, draft = target_file(), Path(draft) if draft is not None else gguf_path()
+    target = Path(target) if target is not None else target_file()
+    draft = Path(draft) if draft is not None else gguf_path()
     drafting = ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
                 "-td", str(threads or llamacpp.default_threads())]
     args = {"target": (target, []), "draft": (draft, []), "target + draft": (target, drafting)}

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..experiments.draft_model import DraftRounds
 from ..llm import parallelism
 from ..llm import speculative as spec
 from ..llm.architecture import load_config, param_count
@@ -70,29 +71,16 @@ def keep(page: Mapping[str, Any]) -> None:
     record("speculation", "spec_copy_speedup_expected_k4", expect_speed["copy"], "x",
            f"copy prompt, k = 4: tokens per pass / the measured cost of a {K + 1}-token pass (drafting free)")
 
-    # A draft model of its own (llama.cpp: the bundled Q4_1 drafting for the same weights in F32)
-    draft_run, studied = take(page, "draft_run STUDY")
-    if draft_run is None:
-        unmeasured("speculation", "draft_model_speedup",
-                   "llama.cpp is not built here (make llamacpp)" if studied else STUDY_SKIPPED)
-    else:
-        d_sp, d_acc = draft_run.speedup, draft_run.acceptance
-        how = f"llama-server, F32 target, Q4_1 draft, k = {draft_run.k}, copy and open prompts, greedy"
-        record("speculation", "draft_model_speedup", d_sp["median"], "x",
-               f"decode tokens/s with the draft / without, {how}: median of {d_sp['n']} rounds in rotating "
-               "order, band their range", spread=(d_sp["lo"], d_sp["hi"], int(d_sp["n"])))
-        record("speculation", "draft_model_acceptance", d_acc["p"], "fraction",
-               f"draft tokens kept, {draft_run.accepted} of {draft_run.drafted}, Wilson 95%",
-               spread=(d_acc["lo"], d_acc["hi"], draft_run.drafted))
-        record("speculation", "draft_model_tokens_per_pass", draft_run.tokens_per_pass, "tokens/pass", how)
-        record("speculation", "draft_model_step_cost", draft_run.ratio("target", "draft")["median"], "x",
-               "a Q4_1 draft step's time / an F32 target step's, median of the rounds")
-        record("speculation", "draft_model_pass_cost", draft_run.pass_cost(), "steps",
-               "computed from the medians: a target pass over the drafts, in single target steps")
-        record("speculation", "draft_model_if_pass_cost_1", draft_run.if_pass_cost(), "x",
-               "computed: the speed-up these counts and the draft's cost give if a pass costs one step")
-        record("speculation", "draft_model_same_text", draft_run.same, "answers",
-               f"greedy answers with the draft equal to the target's own, of {draft_run.compared}")
+    # A draft model of its own (llama.cpp): a smaller model of the family, and the lab's model at 4 bits
+    draft_runs, draft_skips, studied = take(page, "draft_runs draft_skips STUDY")
+    pairs = {"family": ("draft_family", "Qwen2.5-Coder 1.5B target, 0.5B draft, both Q4_K_M"),
+             "self": ("draft_model", "the lab's model: F32 target, its Q4_1 as draft")}
+    for pair, (prefix, what) in pairs.items():
+        if pair in draft_runs:
+            _draft_figures(prefix, what, draft_runs[pair])
+        else:
+            unmeasured("speculation", f"{prefix}_speedup", draft_skips.get(pair) or (
+                "llama.cpp is not built here (make llamacpp)" if studied else STUDY_SKIPPED))
 
     # Put the stable part first
     order_rows = take(page, "order_rows")[0]
@@ -188,3 +176,24 @@ def keep(page: Mapping[str, Any]) -> None:
                f"computed: paged arithmetic after the first token, {how}")
         record("speculation", "vllm_kv_blocks_hi", hi, "blocks",
                f"computed: paged arithmetic at the last token, {how}")
+
+
+def _draft_figures(prefix: str, what: str, run: DraftRounds) -> None:
+    """Record one pair's draft-model run as ``{prefix}_*``."""
+    sp, acc = run.speedup, run.acceptance
+    how = f"llama-server, {what}, k = {run.k}, copy and open prompts, greedy"
+    record("speculation", f"{prefix}_speedup", sp["median"], "x",
+           f"decode tokens/s with the draft / without, {how}: median of {sp['n']} rounds in rotating "
+           "order, band their range", spread=(sp["lo"], sp["hi"], int(sp["n"])))
+    record("speculation", f"{prefix}_acceptance", acc["p"], "fraction",
+           f"draft tokens kept, {run.accepted} of {run.drafted}, Wilson 95%",
+           spread=(acc["lo"], acc["hi"], run.drafted))
+    record("speculation", f"{prefix}_tokens_per_pass", run.tokens_per_pass, "tokens/pass", how)
+    record("speculation", f"{prefix}_step_cost", run.ratio("target", "draft")["median"], "x",
+           f"a draft step's time / a target step's ({what}), median of the rounds")
+    record("speculation", f"{prefix}_pass_cost", run.pass_cost(), "steps",
+           "computed from the medians: a target pass over the drafts, in single target steps")
+    record("speculation", f"{prefix}_if_pass_cost_1", run.if_pass_cost(), "x",
+           "computed: the speed-up these counts and the draft's cost give if a pass costs one step")
+    record("speculation", f"{prefix}_same_text", run.same, "answers",
+           f"greedy answers with the draft equal to the target's own, of {run.compared}")

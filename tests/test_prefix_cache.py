@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from labkit.engines.prometheus import samples
+from labkit.experiments import vllm_prefix
 from labkit.experiments.vllm_prefix import hit_rate, prefix_metric_names, prompts
 from labkit.llm import prefix_cache as pc
 from labkit.llm.architecture import load_config, param_count
@@ -146,3 +147,47 @@ def test_prefill_tflops_and_printable_tier_rows():
     assert rows[0]["recompute ms"] == rows[1]["recompute ms"] == "819.20"  # 2 x 1e9 x 4096 FLOPs / 10 TFLOPS
     assert [r["keep it"] for r in rows] == ["reload", "recompute"]
     assert [r["GB/s"] for r in rows] == ["1,000.0", "0.1"]
+
+
+class _Chars:
+    """A tokenizer of one token per character (what group_prompts and shared_text call)."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+
+def test_group_prompts_share_a_groups_prefix_and_nothing_else():
+    ids = vllm_prefix.group_prompts(_Chars(), [3, 1, 3, 12], prefix_tokens=40, own_tokens=10)
+    assert [len(p) for p in ids] == [50] * 4
+    assert ids[0][:40] == ids[2][:40] and ids[0][40:] != ids[2][40:]  # same group: the prefix only
+    assert ids[0][:16] != ids[1][:16] and ids[1][:16] != ids[3][:16]  # groups differ within a 16-token block
+
+
+def test_replay_reads_each_requests_cached_tokens(monkeypatch):
+    counters = iter([0, 0, 0, 512, 512, 896, 896, 896])  # hits before and after each of four requests
+    scrape = lambda url, prefix: {"vllm:prefix_cache_hits_total": float(next(counters)),  # noqa: E731
+                                  "vllm:prefix_cache_queries_total": 0.0}
+    sent = []
+
+    class Client:
+        def __init__(self, **_):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def post(self, url, json):
+            sent.append(json["prompt"])
+            return type("R", (), {"raise_for_status": lambda self: self})()
+
+    monkeypatch.setattr(vllm_prefix.prometheus, "scrape", scrape)
+    monkeypatch.setattr(vllm_prefix.httpx, "Client", Client)
+    r = vllm_prefix.replay("http://x", "m", [[1], [2], [3], [4]], prefix_tokens=512, block_size=128)
+    assert sent == [[1], [2], [3], [4]] and r.hits == (0, 512, 384, 0)
+    assert r.whole == 0.25 and r.partial == 0.25  # 512 of 512 tokens: whole; 384: its first 3 blocks only

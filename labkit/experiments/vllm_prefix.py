@@ -1,5 +1,5 @@
 """Prefix caching on a real server: vLLM's hit vs miss TTFT, and its hit rate from ``/metrics``
-(chapter 06b).
+(chapter 06b); which prefixes its cache keeps over a stream of requests (chapter 08).
 
 vLLM caches prefixes by default (``--enable-prefix-caching``): the KV blocks of a prompt are kept
 under a hash of every token up to them, so a later prompt that starts with the same tokens reuses
@@ -13,12 +13,20 @@ completions endpoint (no chat template: the prompt's tokens are exactly the ones
 reads the hit rate of each kind from the prefix-cache counters, whose names
 :func:`prefix_metric_names` finds in what the server exports rather than assuming them
 (:mod:`labkit.engines.prometheus` scrapes and parses ``/metrics``).
+
+:func:`replay` sends a stream of requests, each one of several groups' prefixes plus its own tokens
+(:func:`group_prompts`), one at a time, and reads per request how much of its prefix vLLM found still
+cached: chapter 08 sets it beside the routing simulation's cache (:mod:`labkit.production.balancer`),
+which keeps whole prefixes, least recently used first, where vLLM evicts block by block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import numpy as np
 
 from ..engines import prometheus
@@ -125,3 +133,57 @@ def _names_or_none(metrics: dict[str, float]) -> dict[str, str] | None:
         return prefix_metric_names(metrics)
     except KeyError:
         return None
+
+
+def group_prompts(tokenizer: Any, groups: Sequence[int], prefix_tokens: int = 512,
+                  own_tokens: int = 24) -> list[list[int]]:
+    """Token ids of one request per entry of ``groups``: that group's prefix (``prefix_tokens`` long,
+    the group's number among its first tokens, so no two groups share a block: a block's hash covers
+    every token up to it), then ``own_tokens`` tokens that only this request has. Chapter 08's replay."""
+    shared = tokenizer(shared_text(tokenizer, prefix_tokens), add_special_tokens=False)["input_ids"]
+    out = []
+    for i, g in enumerate(groups):
+        head = tokenizer(f"Manual {g}:", add_special_tokens=False)["input_ids"]
+        own = tokenizer(f"\nTicket {i}: " + " ".join(["order", str(i)] * own_tokens),
+                        add_special_tokens=False)["input_ids"]
+        out.append((head + shared)[:prefix_tokens] + own[:own_tokens])
+    return out
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One :func:`replay`: per request, the tokens vLLM found cached (``hits``) of those it looked up
+    (``queries``); ``prefix_tokens`` of each request are its group's, cached in ``block_size`` blocks."""
+
+    hits: tuple[float, ...]
+    queries: tuple[float, ...]
+    prefix_tokens: int
+    block_size: int
+
+    @property
+    def whole(self) -> float:
+        """Share of requests that found their group's whole prefix cached (every full block of it)."""
+        full = self.prefix_tokens // self.block_size * self.block_size
+        return sum(h >= full for h in self.hits) / len(self.hits)
+
+    @property
+    def partial(self) -> float:
+        """Share of requests that found only part of their prefix: its first blocks, the rest evicted."""
+        return sum(h > 0 for h in self.hits) / len(self.hits) - self.whole
+
+
+def replay(url: str, model: str, prompts: Sequence[Sequence[int]], prefix_tokens: int, block_size: int,
+           max_tokens: int = 2) -> Replay:
+    """Send ``prompts`` (token ids, :func:`group_prompts`) one at a time to the vLLM server at ``url``
+    and read its prefix-cache counters around each request (see :class:`Replay`). ``KeyError`` where
+    the server exports no prefix-cache counters (prefix caching off)."""
+    hits, queries = [], []
+    with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as client:
+        for ids in prompts:
+            before = prometheus.scrape(url, "vllm:")
+            body = {"model": model, "prompt": list(ids), "max_tokens": max_tokens, "temperature": 0.0}
+            client.post(f"{url}/v1/completions", json=body).raise_for_status()
+            d = hit_rate(before, prometheus.scrape(url, "vllm:"))
+            hits.append(d["hits"])
+            queries.append(d["queries"])
+    return Replay(tuple(hits), tuple(queries), prefix_tokens, block_size)

@@ -185,6 +185,25 @@ def keep(page: Mapping[str, Any]) -> None:
                f"{policy} routing: P99 TTFT, median of {len(runs)} seeds (simulated, measured costs)",
                spread=(min(r.ttft_p99_s for r in runs), max(r.ttft_p99_s for r in runs), len(runs)))
 
+    # Does a replica's cache keep what the simulation's keeps? (measured on vLLM, Going further)
+    lb_replays, lb_cache_rows, studied = take(page, "lb_replays lb_cache_rows STUDY")
+    if not lb_replays:
+        unmeasured("production", "lb_vllm_whole_small_pool",
+                   "vLLM is not installed here (make serve-setup)" if studied else STUDY_SKIPPED)
+    for row, size in zip(lb_cache_rows, ("small", "large"), strict=False):
+        r = lb_replays[row["KV blocks"]]
+        how = (f"{len(r.hits)} requests one at a time, 8 groups' {r.prefix_tokens}-token prefixes, "
+               f"a pool of {row['KV blocks']} blocks of {r.block_size} tokens")
+        record("production", f"lb_vllm_whole_{size}_pool", r.whole, "fraction",
+               f"vLLM: requests that found their whole prefix cached, {how}")
+        record("production", f"lb_vllm_any_{size}_pool", r.whole + r.partial, "fraction",
+               f"vLLM: requests that found some of their prefix cached, {how}")
+        caps = row["capacities (prefixes)"].split(", ")
+        for col, cap, what in (("simulated, whole requests fit", caps[0], "whole"),
+                               ("simulated, prefixes only", caps[1], "any")):
+            record("production", f"lb_sim_{what}_{size}_pool", row[col], "fraction",
+                   f"simulated: the routing simulation's cache of {cap} whole prefixes on the same stream")
+
     # A burst, over twenty seeds
     hurt, int4_cut, warm_cut = take(page, "hurt int4_cut warm_cut")
     for k, v, name in (("warm_pool", warm_cut, "manifest + warm pool of 1"),

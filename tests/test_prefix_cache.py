@@ -167,7 +167,7 @@ def test_group_prompts_share_a_groups_prefix_and_nothing_else():
 
 
 def test_replay_reads_each_requests_cached_tokens(monkeypatch):
-    counters = iter([0, 0, 0, 512, 512, 896, 896, 896])  # hits before and after each of four requests
+    counters = iter([0, 0, 512, 896, 896])  # hits before the first request and after each of four
     scrape = lambda url, prefix: {"vllm:prefix_cache_hits_total": float(next(counters)),  # noqa: E731
                                   "vllm:prefix_cache_queries_total": 0.0}
     sent = []
@@ -190,4 +190,4 @@ def test_replay_reads_each_requests_cached_tokens(monkeypatch):
     monkeypatch.setattr(vllm_prefix.httpx, "Client", Client)
     r = vllm_prefix.replay("http://x", "m", [[1], [2], [3], [4]], prefix_tokens=512, block_size=128)
     assert sent == [[1], [2], [3], [4]] and r.hits == (0, 512, 384, 0)
-    assert r.whole == 0.25 and r.partial == 0.25  # 512 of 512 tokens: whole; 384: its first 3 blocks only
+    assert r.whole == 0.25 and r.some == 0.5  # 512 of 512 tokens: whole; 384: its first 3 blocks only

@@ -152,11 +152,10 @@ def group_prompts(tokenizer: Any, groups: Sequence[int], prefix_tokens: int = 51
 
 @dataclass(frozen=True)
 class Replay:
-    """One :func:`replay`: per request, the tokens vLLM found cached (``hits``) of those it looked up
-    (``queries``); ``prefix_tokens`` of each request are its group's, cached in ``block_size`` blocks."""
+    """One :func:`replay`: per request, the tokens vLLM found cached (``hits``); ``prefix_tokens`` of each
+    request are its group's, cached in ``block_size`` blocks."""
 
     hits: tuple[float, ...]
-    queries: tuple[float, ...]
     prefix_tokens: int
     block_size: int
 
@@ -167,23 +166,23 @@ class Replay:
         return sum(h >= full for h in self.hits) / len(self.hits)
 
     @property
-    def partial(self) -> float:
-        """Share of requests that found only part of their prefix: its first blocks, the rest evicted."""
-        return sum(h > 0 for h in self.hits) / len(self.hits) - self.whole
+    def some(self) -> float:
+        """Share of requests that found some of their prefix cached: at least its first block."""
+        return sum(h > 0 for h in self.hits) / len(self.hits)
 
 
 def replay(url: str, model: str, prompts: Sequence[Sequence[int]], prefix_tokens: int, block_size: int,
            max_tokens: int = 2) -> Replay:
     """Send ``prompts`` (token ids, :func:`group_prompts`) one at a time to the vLLM server at ``url``
-    and read its prefix-cache counters around each request (see :class:`Replay`). ``KeyError`` where
-    the server exports no prefix-cache counters (prefix caching off)."""
-    hits, queries = [], []
+    and read its prefix-cache counters before the first and after each request (see :class:`Replay`).
+    ``KeyError`` where the server exports no prefix-cache counters (prefix caching off)."""
+    hits = []
     with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as client:
+        before = prometheus.scrape(url, "vllm:")
         for ids in prompts:
-            before = prometheus.scrape(url, "vllm:")
             body = {"model": model, "prompt": list(ids), "max_tokens": max_tokens, "temperature": 0.0}
             client.post(f"{url}/v1/completions", json=body).raise_for_status()
-            d = hit_rate(before, prometheus.scrape(url, "vllm:"))
-            hits.append(d["hits"])
-            queries.append(d["queries"])
-    return Replay(tuple(hits), tuple(queries), prefix_tokens, block_size)
+            after = prometheus.scrape(url, "vllm:")
+            hits.append(hit_rate(before, after)["hits"])
+            before = after
+    return Replay(tuple(hits), prefix_tokens, block_size)

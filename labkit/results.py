@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from .chapters import CHAPTERS, digest, used_sources
+from .hardware.machine import detect
 from .paths import REPO, RESULTS_VAR, results_dir
+from .settings import profile, study
 
 ENV_VAR = RESULTS_VAR
 RUN_ID = uuid.uuid4().hex  # one per process: a new kernel is a new run
@@ -80,8 +82,6 @@ def machine_key() -> tuple[str, str]:
     """``(machine_line, device)`` of this machine, detected once per process."""
     import torch
 
-    from .hardware.machine import detect
-
     info = detect()
     # the ISA torch's CPU kernels use: an AVX2 cap (make test-avx2) makes this another machine
     cap = torch.backends.cpu.get_cpu_capability()
@@ -122,8 +122,6 @@ def source() -> dict[str, Any]:
 
 def header(chapter: str) -> dict[str, Any]:
     """The header of a new results file of ``chapter`` for this process's run."""
-    from .settings import profile, study
-
     line, device = machine_key()
     stamp = now()
     return {"chapter": chapter, "notebook": CHAPTERS[chapter], "digest": digest(chapter), "run": RUN_ID,

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 ENV_VAR = "LABKIT_PROFILE"
 
@@ -124,8 +127,6 @@ def default_threads() -> int:
     if logical <= 2:
         return 1
     try:
-        import psutil
-
         return psutil.cpu_count(logical=False) or logical
     except ImportError:
         return logical
@@ -201,8 +202,6 @@ def watched() -> bool:
     or this is a notebook kernel started by a Jupyter server (JupyterLab names the kernel's session in
     ``$JPY_SESSION_NAME``; headless runners such as nbclient, papermill and nbmake do not). Progress
     bars are drawn only then: in a page saved by a headless run they are noise (every chapter)."""
-    import sys
-
     if os.environ.get("JPY_SESSION_NAME"):
         return True
     try:

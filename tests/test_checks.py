@@ -144,8 +144,7 @@ def test_verify_prints_checks_and_claims_then_raises_on_a_failed_check(monkeypat
     bad = checks.Check("setup", "bad", "breaks", ("x",), lambda v: (False, "x too small"), {}, {},
                        "tests/t.py::test_b")
     monkeypatch.setattr(checks, "checks", lambda ch: [bad, good, good])
-    from labkit.report import claims_table
-    monkeypatch.setattr(claims_table, "unrecorded", lambda ch, data: [])
+    monkeypatch.setattr(checks, "unrecorded", lambda ch, data: [])
     with pytest.raises(AssertionError, match="1 failed: breaks"):
         checks.verify("setup", _data({"x": 1}))
     out = capsys.readouterr().out

@@ -77,7 +77,7 @@ def test_loader_picks_dtype_and_variant_per_device(monkeypatch, device, dtype, v
     import labkit.hardware
 
     monkeypatch.setattr(diffusers, "StableDiffusionXLPipeline", FakePipe)
-    monkeypatch.setattr(labkit.hardware.machine, "resolve_device", lambda pref: pref)
+    monkeypatch.setattr(diffusion, "resolve_device", lambda pref: pref)
     monkeypatch.setattr(labkit.hardware.machine, "synchronize", lambda dev: None)
     FakePipe.calls = []
     pipe, info = diffusion.load_pipeline(
@@ -143,11 +143,10 @@ def test_classifier_reads_real_digits():
 def test_load_time_comes_from_the_lab_timer(monkeypatch):
     import diffusers
 
-    import labkit.hardware
 
     calls = []
     monkeypatch.setattr(diffusers, "StableDiffusionXLPipeline", FakePipe)
-    monkeypatch.setattr(labkit.hardware.machine, "resolve_device", lambda pref: pref)
+    monkeypatch.setattr(diffusion, "resolve_device", lambda pref: pref)
     def timed(fn, device="cpu"):
         calls.append(device)
         return fn(), 1.25

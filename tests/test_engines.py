@@ -126,9 +126,7 @@ def test_process_tree_memory_counts_the_children():
 
 
 def test_server_pid_reads_the_lab_registry(monkeypatch):
-    from labkit.engines import process
-
-    monkeypatch.setattr(process, "lab_servers", lambda: [{"pid": 4242, "port": 8123, "engine": "llamacpp"}])
+    monkeypatch.setattr(er, "lab_servers", lambda: [{"pid": 4242, "port": 8123, "engine": "llamacpp"}])
     assert er.server_pid("http://127.0.0.1:8123") == 4242
     assert er.server_pid("http://127.0.0.1:9000") is None
 

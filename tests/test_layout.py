@@ -161,6 +161,51 @@ def test_no_import_cycles():
         visit(n)
 
 
+# Imports stand at the top of a module, where a reader sees what it needs. A function may import only
+# these packages itself, each for the reason given; the command line imports each subcommand's modules
+# when it runs (``labkit --help`` in 0.03 s, not 0.3 s); any other late import says why on its line.
+LATE_IMPORTS = {
+    **dict.fromkeys(("torch", "transformers", "peft", "torchao", "auto_gptq"),
+                    "the numeric stack: seconds to import; serving, production and reports run without it"),
+    **dict.fromkeys(("diffusers", "faster_whisper", "ctranslate2"), "chapter 07's media models only"),
+    "matplotlib": "0.4 s to import; loaded when a figure is drawn",
+    **dict.fromkeys(("scipy", "sklearn"), "0.6-0.9 s to import, for one function each"),
+    "safetensors": "safetensors.torch loads torch",
+    "gguf": "0.2 s to import, for the few functions that read GGUF files",
+    **dict.fromkeys(("nbconvert", "jinja2"), "make report's page rendering only (nbconvert: 1.4 s)"),
+    "ollama": "the optional Ollama client (no server offline)",
+    "huggingface_hub": "the full profile's hub downloads only",
+    "pynvml": "NVIDIA machines only",
+}
+
+
+def late_imports(path: Path) -> list[str]:
+    """``file:line import`` for each import inside a function of ``path`` that is neither of a
+    :data:`LATE_IMPORTS` package nor commented with its reason (``labkit/cli.py`` aside)."""
+    if path.name == "cli.py" and path.parent.name == "labkit":
+        return []
+    lines = path.read_text().splitlines()
+    out = []
+    for f in ast.walk(ast.parse(path.read_text())):
+        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef):
+            for n in ast.walk(f):
+                if isinstance(n, ast.Import | ast.ImportFrom):
+                    roots = {a.name.split(".")[0] for a in n.names} if isinstance(n, ast.Import) \
+                        else {"" if n.level else (n.module or "").split(".")[0]}
+                    if not roots <= LATE_IMPORTS.keys() and "#" not in lines[(n.end_lineno or n.lineno) - 1]:
+                        out.append(f"{path.name}:{n.lineno} {lines[n.lineno - 1].strip()}")
+    return out
+
+
+def test_imports_stand_at_the_top_unless_heavy_or_explained(tmp_path):
+    late = [x for p in MODULES for x in late_imports(p)]
+    assert not late, "import at the top of the module, or say on the line why not:\n" + "\n".join(late)
+    mod = tmp_path / "mod.py"
+    mod.write_text("def f():\n    import torch\n    import json\n    from .settings import profile\n"
+                   "    import yaml  # only the deploy generator\n")
+    assert late_imports(mod) == ["mod.py:3 import json", "mod.py:4 from .settings import profile"]
+
+
 def test_modules_stay_small():
     long = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in MODULES}
     over = {k: v for k, v in long.items() if v > MAX_LINES}

@@ -164,12 +164,12 @@ def test_gguf_q4_1_tensor_dequantizes_to_the_safetensors_copy_made_from_it():
 def test_quiet_loading_hides_the_loading_bar_and_restores_it(monkeypatch):
     from transformers.utils import logging as tf_logging
 
-    monkeypatch.setattr("labkit.settings.watched", lambda: False)
+    monkeypatch.setattr(models, "watched", lambda: False)
     tf_logging.enable_progress_bar()
     with models.quiet_loading():
         assert not tf_logging.is_progress_bar_enabled()
     assert tf_logging.is_progress_bar_enabled()
-    monkeypatch.setattr("labkit.settings.watched", lambda: True)
+    monkeypatch.setattr(models, "watched", lambda: True)
     with models.quiet_loading(download=True):  # a hub download in front of a person keeps its bars
         assert tf_logging.is_progress_bar_enabled()
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chapters import CHAPTERS
+from ..report.claims_table import chapter_claims, claims_text, unrecorded
+from ..results import current, seal
 from ..settings import STUDY_SKIPPED
 
 Values = Mapping[str, Any]
@@ -143,8 +145,6 @@ def run_values(chapter: str) -> dict[str, Any]:
 def this_run(chapter: str) -> dict[str, Any]:
     """The results ``chapter`` recorded in **this** process's run (as :func:`labkit.results.load`
     returns them); ``RuntimeError`` saying what to do when this process recorded nothing for it."""
-    from ..results import current
-
     data = current(chapter)
     if data is None:
         raise RuntimeError(f"chapter {chapter} recorded nothing in this run: run the notebook from the "
@@ -173,11 +173,7 @@ def verify(chapter: str, data: dict[str, Any] | None = None) -> None:
     print its claims with their verdicts on this run, then raise ``AssertionError`` listing every check
     that failed and every claim whose figure was never recorded. Nothing is returned, so a notebook's
     last line shows only what was printed."""
-    from ..report.claims_table import chapter_claims, claims_text, unrecorded
-
     if data is None:
-        from ..results import seal
-
         seal(chapter)  # the digest covers every file the run used, those imported after its last record too
         data = this_run(chapter)
     values = values_of(data)

@@ -16,6 +16,7 @@ takes the server down too.
 ``labkit.engines.process.spawn`` is what starts it; nothing imports this file.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -25,8 +26,6 @@ import threading
 
 def _die_with_parent(sig: int) -> None:
     """In the child, before ``exec``: ask Linux for ``sig`` when the watcher dies."""
-    import ctypes
-
     ctypes.CDLL(None).prctl(1, sig, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
-from ..models import SERVED_NAME
+from ..llm.gguf_header import read_header
+from ..models import SERVED_NAME, gguf_path
 from . import llamacpp_build, process, prometheus
 from .process import Server, free_port
 
@@ -76,8 +77,6 @@ def _tool(name: str) -> str:
 
 def _gguf(path: str | Path | None) -> Path:
     if path is None:
-        from ..models import gguf_path
-
         return gguf_path()
     path = Path(path)
     if not path.is_file():
@@ -126,8 +125,6 @@ def gguf_type(path: str | Path) -> str:
     """The GGUF's file type as llama.cpp names it (``Q4_1``, ``Q8_0``, ``F16``...), read from its
     ``general.file_type`` by :mod:`labkit.llm.gguf_header` (milliseconds; ``gguf.GGUFReader`` parses
     the tokenizer's 49k strings first, about 5 s per call)."""
-    from ..llm.gguf_header import read_header
-
     code = read_header(path).metadata.get("general.file_type")
     if code is None:
         return "unknown"

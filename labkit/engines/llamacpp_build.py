@@ -27,6 +27,7 @@ chapters fall back to vLLM, or to the labelled simulation). cmake itself can com
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -38,6 +39,8 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from ..settings import cache_dir
 
 #: The pinned sdist whose ``vendor/llama.cpp`` is built.
 VERSION = "0.3.36"
@@ -75,8 +78,6 @@ def build_key(flags: list[str], version: str = VERSION) -> str:
 
 def build_dir(flags: list[str] | None = None) -> Path:
     """Where this platform's build lives (``bin/`` holds the tools, ``build.json`` how they were made)."""
-    from ..settings import cache_dir
-
     return cache_dir() / "llamacpp" / build_key(build_flags() if flags is None else flags)
 
 
@@ -209,8 +210,6 @@ def build(jobs: int | None = None, force: bool = False) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """``make llamacpp``: build (once) and print where the tools are; exit 0 with one line when the
     machine cannot build them (the lab runs on without them), 1 when a build started and failed."""
-    import argparse
-
     ap = argparse.ArgumentParser(description="build llama.cpp's tools from the pinned PyPI sdist")
     ap.add_argument("--force", action="store_true", help="build again even if built")
     ap.add_argument("--jobs", type=int, default=None)

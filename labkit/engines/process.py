@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from ..paths import REPO
+from ..settings import cache_dir
 
 GUARD = Path(__file__).with_name("guard.py")
 
@@ -55,7 +58,6 @@ class Server:
 
 
 def _registry() -> Path:
-    from ..settings import cache_dir
 
     path = cache_dir() / "servers"
     path.mkdir(parents=True, exist_ok=True)
@@ -99,8 +101,6 @@ def _log_tail(path: Path, n: int = 30) -> str:
 def wait_ready(server: Server, timeout_s: float = 240.0, name: str | None = None) -> float:
     """Poll ``/health`` until it answers 200; seconds waited. ``RuntimeError`` with the log's tail
     if the process exits or ``timeout_s`` passes."""
-    import httpx
-
     name = name or server.engine
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
@@ -139,8 +139,6 @@ def stop(server: Server | subprocess.Popen, timeout_s: float = 20.0) -> None:
 
 def default_log(name: str, port: int) -> Path:
     """Where a server's output goes unless the caller says: ``<cache>/logs/<name>-<port>.log``."""
-    from ..settings import cache_dir
-
     folder = cache_dir() / "logs"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{name}-{port}.log"

@@ -24,7 +24,11 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import httpx
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..serving.streaming import base_url_of
 
 NAN = float("nan")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -49,8 +53,6 @@ def samples(text: str, prefix: str = "", keep: Sequence[str] = ("le",),
     starting with ``prefix``: summed over the label sets that differ only in labels not in ``keep``;
     names in ``average`` (gauges such as KV-cache usage of several engines) averaged instead.
     ``ValueError`` when ``text`` is not Prometheus text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     for fam in text_string_to_metric_families(text):
@@ -67,10 +69,6 @@ def fetch(base_url: str, timeout_s: float = 10.0, client: Any = None) -> str:
     """The text of ``base_url``/metrics (``/v1`` and a trailing ``/`` are dropped from ``base_url``).
     ``httpx.HTTPError`` when the server does not answer 2xx; ``ValueError`` for a URL without a
     scheme. Scraping often, pass an ``httpx.Client``: ``httpx.get`` builds one per call (~50 ms)."""
-    import httpx
-
-    from ..serving.streaming import base_url_of
-
     url = f"{base_url_of(base_url)}/metrics"
     return (client or httpx).get(url, timeout=timeout_s).raise_for_status().text
 

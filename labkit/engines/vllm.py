@@ -38,6 +38,7 @@ Flags, and why (see :func:`vllm_command` and :func:`vllm_env`):
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import signal
@@ -46,7 +47,8 @@ import sys
 from pathlib import Path
 
 from .. import settings
-from ..models import SERVED_NAME
+from ..hardware.capability import compute_dtype
+from ..models import SERVED_NAME, llm_dir
 from ..paths import REPO
 from . import process, prometheus
 from .process import Server, free_port, guarded, stop
@@ -109,8 +111,6 @@ def served_dtype() -> str:
     """The dtype vLLM serves the bundled model in on this CPU:
     :func:`labkit.hardware.capability.compute_dtype`
     (``bfloat16`` with native bf16, else ``float32``)."""
-    from ..hardware.capability import compute_dtype
-
     return compute_dtype("cpu")
 
 
@@ -137,8 +137,6 @@ def start_vllm(model_dir: str | Path | None = None, port: int | None = None, ser
         raise RuntimeError(unavailable_reason())
     dtype = dtype or served_dtype()
     if model_dir is None:
-        from ..models import llm_dir
-
         model_dir = llm_dir(dtype)
     port = port or free_port()
     cmd = vllm_command(model_dir, port, served_name, max_model_len, dtype, threads=threads, extra=extra)
@@ -173,8 +171,6 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``make serve``: the bundled model on 127.0.0.1 in the foreground until Ctrl-C."""
-    import argparse
-
     ap = argparse.ArgumentParser(description="serve the bundled model with vLLM (CPU) on 127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--max-model-len", type=int, default=2048)
@@ -183,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
     if not vllm_available():
         print(f"error: {unavailable_reason()}", file=sys.stderr)
         return 1
-    from ..models import llm_dir
 
     dtype = served_dtype()
     cmd = vllm_command(llm_dir(dtype), a.port, max_model_len=a.max_model_len, dtype=dtype)

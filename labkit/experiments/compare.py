@@ -18,7 +18,14 @@ import platform
 from collections.abc import Sequence
 from typing import Any
 
+from ..engines.llamacpp import llamacpp_available
+from ..engines.llamacpp import unavailable_reason as llamacpp_reason
+from ..engines.vllm import unavailable_reason, vllm_available
+from ..serving.loadgen import load_prompts, run, sweep
+from ..serving.loadspec import ClientSpec, LoadSpec, default_requests
+from ..serving.local import transformers_backend
 from ..serving.metrics import RunSummary
+from ..serving.ollama_api import ollama_available
 
 #: Where each engine runs (✓ supported, ~ partial or experimental, ✗ no), as documented by each
 #: project; "formats" are the weight formats it loads directly.
@@ -44,9 +51,6 @@ ENGINES: list[dict[str, str]] = [
 
 def available_here() -> dict[str, str]:
     """Engine name -> what this machine can do with it right now, in words (nothing is started)."""
-    from ..engines.vllm import unavailable_reason, vllm_available
-    from ..serving.ollama_api import ollama_available
-
     def has(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
 
@@ -64,8 +68,6 @@ def available_here() -> dict[str, str]:
         out["TensorRT-LLM"] = "installed, NVIDIA GPU present"
     else:
         out["TensorRT-LLM"] = "not here: NVIDIA GPUs only" if not cuda else "not installed"
-    from ..engines.llamacpp import llamacpp_available
-    from ..engines.llamacpp import unavailable_reason as llamacpp_reason
 
     out["llama.cpp"] = ("runs here (llama-server, built by make llamacpp)" if llamacpp_available()
                         else f"not here: {llamacpp_reason()}")
@@ -95,8 +97,6 @@ def compare(rows: dict[str, RunSummary]) -> list[dict[str, Any]]:
 def short_prompts(n: int = 8) -> list[str]:
     """The first ``n`` short questions of the shipped prompt set (``data/prompts/mixed.jsonl``):
     the same workload for every engine, with short prompts so decode dominates."""
-    from ..serving.loadgen import load_prompts
-
     short = [p["prompt"] for p in load_prompts() if p.get("kind") == "short"]
     if not short:
         raise ValueError("the shipped prompt set has no 'short' prompts")
@@ -108,10 +108,6 @@ def measure_transformers(model: Any, tokenizer: Any, n_requests: int = 4,
     """transformers ``generate``, one request after another (it has no scheduler to batch
     requests that arrive separately), through :func:`labkit.serving.loadgen.run` with exactly
     ``max_tokens`` tokens per request. The load generator's :class:`RunSummary`."""
-    from ..serving.loadgen import run
-    from ..serving.loadspec import LoadSpec
-    from ..serving.local import transformers_backend
-
     backend = transformers_backend(model, tokenizer, ignore_eos=True)
     spec = LoadSpec(n_requests, 1, max_tokens=max_tokens, prompts=list(prompts or short_prompts(n_requests)))
     return run(backend, spec, progress=False)
@@ -124,9 +120,6 @@ def measure_server(url: str, model: str, concurrencies: Sequence[int] = (1, 8),
     each concurrency, exactly ``max_tokens`` tokens per request (``ignore_eos``). ``n_requests``:
     concurrency -> requests (default :func:`labkit.serving.loadspec.default_requests`). One warm-up
     request before the first run. Returns concurrency -> summary."""
-    from ..serving.loadgen import sweep
-    from ..serving.loadspec import ClientSpec, LoadSpec, default_requests
-
     counts = {c: (n_requests or {}).get(c) or default_requests(c) for c in concurrencies}
     spec = LoadSpec(max_tokens=max_tokens, prompts=list(prompts or short_prompts(max(counts.values()))))
     runs = sweep(url, concurrencies, spec, ClientSpec(model=model, ignore_eos=True), n_requests=counts,

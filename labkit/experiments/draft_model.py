@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from ..engines import llamacpp, process
 from ..models import gguf_path
 from ..stats import median_interval, wilson
@@ -92,7 +94,6 @@ def target_file() -> Path:
 
 
 def _ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    import httpx
 
     r = httpx.post(f"{url}/v1/chat/completions", timeout=120.0, json={
         "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0})

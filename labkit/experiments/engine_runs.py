@@ -16,8 +16,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-from ..serving.metrics import RunSummary
+import psutil
+
+from .. import settings
+from ..engines import llamacpp, server, vllm
+from ..engines.process import lab_servers
+from ..llm.memory import tensor_bytes
+from ..llm.weight_formats import gguf_summary, read_safetensors_header
+from ..models import gguf_path, llm_dir
+from ..serving.metrics import RunSummary, request_metrics
 from ..stats import median_interval
 from .compare import measure_server, measure_transformers
 
@@ -62,8 +71,6 @@ def process_tree_memory(pid: int) -> dict[str, float]:
     """Resident memory of process ``pid`` and every process it started, through psutil (``/proc`` on
     Linux): ``rss`` (bytes, summed over the processes; a page two of them share counts twice) and
     ``processes``. ``psutil.NoSuchProcess`` when ``pid`` is gone."""
-    import psutil
-
     root = psutil.Process(pid)
     rss, n = 0, 0
     for p in (root, *root.children(recursive=True)):
@@ -76,18 +83,12 @@ def process_tree_memory(pid: int) -> dict[str, float]:
 def server_pid(url: str) -> int | None:
     """PID of the server the lab started that listens on ``url``'s port (from the registry
     :func:`labkit.engines.process.lab_servers` reads); ``None`` for a server the lab did not start."""
-    from urllib.parse import urlsplit
-
-    from ..engines.process import lab_servers
-
     port = urlsplit(url).port
     return next((int(s["pid"]) for s in lab_servers() if port is not None and s.get("port") == port), None)
 
 
 def safetensors_tensor_bytes(path: Any) -> int:
     """Bytes of the tensors in a ``.safetensors`` file, from its header (what a forward pass reads)."""
-    from ..llm.weight_formats import read_safetensors_header
-
     header = read_safetensors_header(path)
     return sum(t["data_offsets"][1] - t["data_offsets"][0] for k, t in header.items() if k != "__metadata__")
 
@@ -95,8 +96,6 @@ def safetensors_tensor_bytes(path: Any) -> int:
 def tpot_range_ms(summary: RunSummary) -> dict[str, float]:
     """Per-request TPOT of a load-generator summary (its ``requests``): ``lo``, ``median``, ``hi`` in
     milliseconds and ``n`` requests with a TPOT (chapter 05's rules compare the extremes)."""
-    from ..serving.metrics import request_metrics
-
     values = sorted(m["tpot_s"] * 1e3 for r in summary.requests if r.status == "ok"
                     and not math.isnan((m := request_metrics(r))["tpot_s"]))
     if not values:
@@ -111,8 +110,6 @@ def transformers_run(model: Any, tokenizer: Any, prompts: Sequence[str], n_reque
     """transformers ``generate`` on ``prompts`` one request at a time (:func:`measure_transformers`),
     as an :class:`EngineRun` at 1 in flight; its memory is the model's tensors (weights and buffers)
     in this process, which holds much else besides."""
-    from ..llm.memory import tensor_bytes
-
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     s = measure_transformers(model, tokenizer, n_requests, list(prompts)[:n_requests], max_tokens)
     return EngineRun("transformers generate", "transformers", f"{dtype} safetensors",
@@ -138,9 +135,6 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
     ``stack``: keep the server up on this stack (it stops when the stack closes; the run's ``target``
     names it) instead of stopping it on return. ``vllm_args``: extra flags for the vLLM the lab starts
     (e.g. ``["--max-num-batched-tokens", "2048"]``)."""
-    from .. import settings
-    from ..engines import llamacpp, server, vllm
-
     asked = n_requests or IN_FLIGHT_REQUESTS
     counts = {c: asked.get(c) or IN_FLIGHT_REQUESTS.get(c, 2 * c) for c in in_flight}
     if engine == "vllm":
@@ -174,15 +168,10 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
         memory = process_tree_memory(pid)["rss"] if pid else None
     weights, weight_bytes = "unknown", None
     if target.kind == "vllm":
-        from ..models import llm_dir
-
         weights = f"{target.dtype} safetensors"
         st_file = llm_dir(target.dtype or "float32") / "model.safetensors"
         weight_bytes = float(safetensors_tensor_bytes(st_file))
     elif target.kind == "llamacpp":
-        from ..llm.weight_formats import gguf_summary
-        from ..models import gguf_path
-
         weights, weight_bytes = f"{target.dtype} GGUF", float(gguf_summary(gguf_path())["bytes"])
     return EngineRun(target.engine, target.kind, weights, threads_words, runs, weight_bytes, memory,
                      "server process RSS after the runs" if memory else "not measured (not started here)",
@@ -199,8 +188,6 @@ def paired_decode_rounds(prompts: Sequence[str], max_tokens: int = 16, rounds: i
     ``{"vllm": ..., "llamacpp": ...}``, servers already up (e.g. :func:`measure_engine`'s, kept on a
     stack) to measure instead of starting two. ``RuntimeError`` where either engine cannot run here;
     a request that fails raises too."""
-    from ..engines import llamacpp, server, vllm
-
     for ok, why in ((vllm.vllm_available(), vllm.unavailable_reason), (llamacpp.llamacpp_available(),
                                                                          llamacpp.unavailable_reason)):
         if not (ok or targets):

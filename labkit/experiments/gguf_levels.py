@@ -22,7 +22,11 @@ from typing import Any
 import numpy as np
 
 from ..engines import llamacpp, process
-from ..models import SERVED_NAME
+from ..engines.llamacpp_build import VERSION
+from ..llm import gguf_header
+from ..models import SERVED_NAME, gguf_path
+from ..serving import openai_api, streaming
+from ..settings import cache_dir
 
 BASE = "Q4_1"
 #: The precision steps whose decode speed-up chapter 06 compares with the tutorial's 30-50%.
@@ -35,13 +39,8 @@ def level_files(levels: Sequence[str] = llamacpp.LEVELS, src: str | Path | None 
     ``llama-quantize`` into ``folder`` (default: ``<lab cache>/gguf/llamacpp-<version>``, named
     ``<src name>-<level>.gguf``) and reused on later runs. Quantizing the 135M model takes about a
     second per level."""
-    from ..engines.llamacpp_build import VERSION
-    from ..models import gguf_path
-
     src = Path(src) if src is not None else gguf_path()
     if folder is None:
-        from ..settings import cache_dir
-
         folder = cache_dir() / "gguf" / f"llamacpp-{VERSION}"
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -55,8 +54,6 @@ def answer(gguf: str | Path, question: str, max_tokens: int = 40,
            threads: int | None = None) -> dict[str, Any]:
     """``question`` answered by ``llama-server`` on ``gguf`` at temperature 0 (one slot, stopped after):
     ``text``, ``tokens`` generated, ``status`` and the server's ``startup_s``."""
-    from ..serving import openai_api, streaming
-
     server = llamacpp.start_llamacpp(gguf, threads=threads, parallel=1, ctx_per_slot=512)
     try:
         rec = streaming.measure(openai_api.openai_backend(server.url, SERVED_NAME, temperature=0.0),
@@ -76,8 +73,6 @@ def measure(files: Mapping[str, Path], text_file: str | Path, question: str, thr
     round) over ``reps`` rounds (``gen`` and ``prompt`` tokens), each round running every level once in
     turn; ``ppl``/``ppl_se`` over ``chunks`` windows of ``ctx`` tokens of ``text_file``; ``answer``
     (:func:`answer`). All levels are benchmarked first, then scored, then asked."""
-    from ..llm import gguf_header
-
     threads = threads or llamacpp.default_threads()
     rows: dict[str, dict[str, Any]] = {}
     for level, path in files.items():

@@ -34,7 +34,9 @@ from ..hardware.caches import last_level_cache_bytes
 from ..hardware.microbench import memory_bandwidth, time_fn
 from ..llm import gguf_header
 from ..llm.gguf_bytes import gguf_bytes_per_token
+from ..models import gguf_path
 from ..settings import torch_threads
+from ..stats import median_interval
 
 
 def decode_point(params: float, bytes_per_token: float, tokens_per_s: float,
@@ -63,8 +65,6 @@ def decode_on_roofline(gguf: str | Path | None = None, threads: Sequence[int] = 
     llama-bench repetition of every round, tok/s) and :func:`decode_point`'s
     figures against ``bandwidth``. ``RuntimeError`` where llama.cpp is not built."""
     if gguf is None:
-        from ..models import gguf_path
-
         gguf = gguf_path()
     head = gguf_header.summary(gguf)
     per_token = gguf_bytes_per_token(gguf, context=gen / 2)
@@ -122,8 +122,6 @@ def formats_on_roofline(files: Mapping[str, str | Path], threads: Sequence[int] 
     the best copy bandwidth) and ``read_achieved`` (the same against the read-only bandwidth); ``fits``:
     per thread count :func:`fixed_cost_fit` of the formats' medians; ``bandwidth``/``read_bandwidth``:
     per thread count, bytes/s."""
-    from ..stats import median_interval
-
     per_token = {f: gguf_bytes_per_token(p, context=gen / 2)["total"] for f, p in files.items()}
     samples: dict[tuple[str, int], list[float]] = {(f, t): [] for f in files for t in threads}
     copy: dict[int, list[float]] = {t: [] for t in threads}

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -126,8 +129,6 @@ def run_bench_serve(args: Sequence[str], timeout_s: float = 600.0, log_path: str
     """Run ``vllm bench serve`` with ``args`` (see :func:`bench_serve_args`); its result JSON as a
     dict, plus ``wall_s`` (the whole subprocess: importing vLLM included). Its output goes to
     ``log_path`` when given. ``RuntimeError`` with the output's tail when it fails or saves nothing."""
-    import time
-
     out = result_path(args)
     out.unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -161,9 +162,6 @@ class BenchSession:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> BenchSession:
-        import queue
-        import threading
-
         self.proc = subprocess.Popen([str(self.python or vllm_python()), "-c", DRIVER], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env=bench_env())
@@ -180,9 +178,6 @@ class BenchSession:
         return self
 
     def _until(self, marker: str) -> str:
-        import queue
-        import time
-
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
@@ -200,8 +195,6 @@ class BenchSession:
 
     def run(self, args: Sequence[str]) -> dict[str, Any]:
         """One ``vllm bench serve`` run with ``args``: its result JSON plus ``wall_s`` (seconds)."""
-        import time
-
         if self.proc is None or self.proc.stdin is None:
             raise RuntimeError("use BenchSession in a with block")
         out = result_path(args)

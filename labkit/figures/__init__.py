@@ -13,6 +13,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from ..results import record, seal
+
 
 class NotOnPage(LookupError):
     """A figure reads a variable the chapter's page did not define in this run."""
@@ -38,7 +40,6 @@ def keep(chapter: str, page: Mapping[str, Any], *, partial: bool = False) -> Non
         raise ValueError(f"no figures for chapter {chapter!r}: labkit/figures/{chapter}.py is missing") \
             from err
     if "STUDY" in page:  # whether the chapter's Going further studies ran: its checks on them skip if not
-        from ..results import record
 
         record(chapter, "study", bool(page["STUDY"]), "", "the Going further studies ran (LABKIT_STUDY=1)")
     try:
@@ -55,8 +56,6 @@ def keep_partial(chapter: str, page: Mapping[str, Any]) -> None:
     """After a cell failed: record what :func:`keep` can of chapter ``chapter``'s figures from the cells
     that ran (its sections go in page order, so it stops at the first figure the page lacks), so that
     nothing already measured is lost (:func:`labkit.chapters.run_chapter` calls it)."""
-    from ..results import seal
-
     try:
         keep(chapter, page)
         print(f"chapter {chapter}: every figure was recorded before the failure")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .roofline import ridge_point
+
 GB = 1e9
 TB = 1e12
 # Catalog dtype keys of torch dtype names.
@@ -45,8 +47,6 @@ class Accelerator:
     def ops_per_byte(self, dtype: str = "fp16") -> float:
         """Ridge point of the roofline: peak FLOP/s ÷ bandwidth (FLOPs per byte moved).
         Work with fewer FLOPs per byte than this is memory-bound (chapter 04)."""
-        from .roofline import ridge_point
-
         if dtype not in self.tflops:
             raise KeyError(f"{self.name} has no {dtype!r} figure; known: {sorted(self.tflops)}")
         return ridge_point(self.tflops[dtype] * 1e12, self.bandwidth_bytes_per_s)

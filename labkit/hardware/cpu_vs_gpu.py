@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import psutil
 
 from ..settings import torch_threads
 from .catalog import Accelerator
@@ -45,8 +46,6 @@ def simd_lanes(flags: Sequence[str]) -> int:
 def cpu_clock_ghz() -> float | None:
     """This CPU's clock in GHz: the maximum ``psutil`` reports, else its current reading, else the
     first ``cpu MHz`` line of /proc/cpuinfo (a VM often reports its nominal clock only); None if none."""
-    import psutil
-
     try:
         f = psutil.cpu_freq()
     except (OSError, NotImplementedError):  # some VMs and containers

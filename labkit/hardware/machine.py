@@ -13,6 +13,8 @@ import os
 import platform
 from typing import Any
 
+import psutil
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
 ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile",
              "amx_bf16", "amx_int8", "neon", "asimd", "sve")
@@ -55,8 +57,6 @@ def synchronize(device: str) -> None:
 
 def cpu_info() -> dict[str, Any]:
     """CPU model name, logical/physical cores, RAM (bytes) and notable ISA flags."""
-    import psutil
-
     name, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -110,8 +110,6 @@ def detect() -> dict[str, Any]:
             "count": torch.cuda.device_count(),
         }
     elif device == "mps":
-        import psutil
-
         acc = {
             "name": f"Apple GPU ({platform.machine()}, unified memory)",
             "memory_bytes": psutil.virtual_memory().total,  # shared with the CPU
@@ -219,7 +217,6 @@ def memory_in_use(device: str) -> int:
     if device.startswith("mps"):
         torch.mps.synchronize()
         return torch.mps.current_allocated_memory()
-    import psutil
 
     return psutil.Process().memory_info().rss
 

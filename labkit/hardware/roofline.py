@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 
 def matmul_flops(m: int, n: int, k: int) -> int:
     """FLOPs of an (m×k)·(k×n) matmul: one multiply and one add per term, 2·m·n·k."""
@@ -107,7 +109,6 @@ def roofline_plot(
     as a dashed vertical line labelled ``label``.
     """
     import matplotlib.pyplot as plt
-    import numpy as np
 
     if ax is None:
         fig, ax = plt.subplots(figsize=(8, 5))

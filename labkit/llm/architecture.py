@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..models import LOCAL_LLMS, llm_dir
 from ..paths import DATA, data
+from ..settings import profile
 
 CONFIG_DIR = DATA / "configs"
 # Shipped copies and the hub repository each was copied from (see data/configs/README.md).
@@ -34,9 +36,6 @@ def load_config(name: str | None = None) -> dict[str, Any]:
     (downloads ``config.json`` only: needs a network). ``None``: the active profile's LLM.
     Multimodal configs that nest the language model under ``text_config`` are returned whole.
     """
-    from ..models import LOCAL_LLMS, llm_dir
-    from ..settings import profile
-
     name = name or profile().llm
     if name in SHIPPED:
         return json.loads(data("configs", f"{name}.json").read_text())

@@ -33,7 +33,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
+from ..settings import cache_dir
 from .quantize import (
     dequantize_weight,
     expand_scales,
@@ -214,7 +216,6 @@ def _hessian_hook(h: torch.Tensor, last: dict) -> Callable[..., None]:
 
 
 def _cache_file(model: nn.Module, ids: torch.Tensor, settings: dict) -> Path:
-    from ..settings import cache_dir
 
     name = str(getattr(model.config, "_name_or_path", "model"))
     key = hashlib.sha256(repr((name, sorted(settings.items()), "gptq-v4")).encode()
@@ -271,7 +272,6 @@ def gptq_quantize_model(model: nn.Module, calib_ids: torch.Tensor, bits: int = 4
     rep: dict = {"tokens": int(calib_ids.numel())}
     it = layers
     if progress:
-        from tqdm.auto import tqdm
         it = tqdm(layers, desc=f"GPTQ INT{bits}", leave=False)
     for i, layer in enumerate(it):
         linears = [m for m in layer.modules() if isinstance(m, nn.Linear) and id(m) in names]

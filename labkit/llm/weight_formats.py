@@ -18,13 +18,19 @@ from __future__ import annotations
 
 import collections
 import functools
+import io
 import json
+import pickle
+import pickletools
 import struct
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .gguf_header import read_header
 
 # --- safetensors -------------------------------------------------------------------------------
 
@@ -147,8 +153,6 @@ def safe_load(path: str | Path) -> tuple[bool, str]:
     """Try ``torch.load(path, weights_only=True)``. Returns ``(True, "")`` when it loaded, else
     ``(False, the reason it was refused)``, e.g. "WeightsUnpickler error: Unsupported global:
     GLOBAL exec was not an allowed global by default"."""
-    import pickle
-
     import torch
 
     try:
@@ -179,8 +183,6 @@ def gguf_summary(path: str | Path) -> dict[str, Any]:
     (:func:`labkit.llm.gguf_header.read_header`, milliseconds; ``gguf.GGUFReader`` takes seconds),
     with the ``gguf`` package's block sizes."""
     import gguf
-
-    from .gguf_header import read_header
 
     header = read_header(path)
     types: dict[str, dict[str, Any]] = collections.defaultdict(
@@ -223,10 +225,6 @@ def pickle_disassembly(path: str | Path) -> str:
     """The opcodes of a ``torch.save`` checkpoint's pickle (``data.pkl`` in its zip) as text, from
     ``pickletools.dis``: it decodes the instructions without executing any of them, so the
     ``GLOBAL``/``STACK_GLOBAL`` + ``REDUCE`` pair that would call a function can be read safely."""
-    import io
-    import pickletools
-    import zipfile
-
     with zipfile.ZipFile(path) as z:
         name = next(n for n in z.namelist() if n.endswith("data.pkl"))
         data = z.read(name)

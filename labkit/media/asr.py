@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..hardware.microbench import timed
+from ..models import whisper_dir
 from ..paths import DATA, used
+from ..settings import profile
 
 SAMPLE_RATE = 16_000  # Hz; Whisper resamples every input to this
 WINDOW_S = 30.0  # seconds of audio the encoder always processes (shorter clips are padded)
@@ -73,9 +75,6 @@ def load_whisper(
     compute_type, load_s, note``. ``name``: ``tiny.en``/``base`` (bundled) or a size such as
     ``large-v3`` (full profile, downloads); default the profile's ``whisper``."""
     from faster_whisper import WhisperModel
-
-    from ..models import whisper_dir
-    from ..settings import profile
 
     name = name or profile().whisper
     dev, default_ct, note = whisper_device(device)

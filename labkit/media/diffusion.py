@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -29,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware.machine import resolve_device
 from ..hardware.microbench import timed
 from ..models import quiet_loading
 from ..paths import used
+from ..settings import profile
 from . import digits
 from .digits import DIGITS_DIR
 
@@ -125,8 +128,6 @@ def pipeline_source(name: str) -> tuple[str, bool]:
 @contextmanager
 def _known_noise_off() -> Iterator[None]:
     """Drop the :data:`KNOWN_NOISE` log lines (and only those) within the ``with`` block."""
-    import logging
-
     drops = {name: (lambda r, t=text: t not in r.getMessage()) for name, text in KNOWN_NOISE.items()}
     for name, drop in drops.items():
         logging.getLogger(name).addFilter(drop)
@@ -156,9 +157,6 @@ def load_pipeline(
     ``info``: ``name, source, device, dtype, load_s, notes`` (load time in seconds).
     """
     import torch
-
-    from ..hardware.machine import resolve_device
-    from ..settings import profile
 
     with _known_noise_off():
         from diffusers import StableDiffusionXLPipeline

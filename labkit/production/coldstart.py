@@ -28,10 +28,12 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..engines import llamacpp, process
 from ..stats import median_interval
 
 _CHILD = r"""
@@ -134,8 +136,6 @@ def engine_start_rounds(files: dict[str, Path], rounds: int = 3, threads: int | 
     from the process start to ``model loaded``, per round: :func:`llamacpp_loaded_s`). Chapter 08
     compares the same weights as 4-bit blocks and as floats in one engine that reads both without
     converting them."""
-    from ..engines import llamacpp, process
-
     bps = bandwidth_bytes_s or pull_bps()
     out: dict[str, dict[str, Any]] = {
         n: {"bytes": Path(f).stat().st_size, "download_s": Path(f).stat().st_size / bps,
@@ -169,7 +169,6 @@ def _load_gguf(path: Path) -> tuple[str, int]:
 
 
 def _gguf_kind(reader: Any) -> str:
-    from collections import Counter
 
     kinds = Counter(x.tensor_type.name for x in reader.tensors)
     return kinds.most_common(1)[0][0]

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from ..hardware.roofline import forward_flops
+from ..llm.architecture import param_count
 from . import cost
 from .cost import DAYS_PER_MONTH, HOURS_PER_MONTH, api_cost, monthly_costs
 
@@ -49,9 +53,6 @@ def roofline_prefill_s_per_token(config: dict[str, Any], gpu: Any, dtype: str = 
     """Seconds of a replica's time per prompt token on a GPU you do not have: prefill is compute-bound,
     2 x params FLOPs per token at the datasheet's ``gpu.tflops[dtype]`` (an upper bound on its speed, as
     :func:`~labkit.production.cost.roofline_curve` is for decode)."""
-    from ..hardware.roofline import forward_flops
-    from ..llm.architecture import param_count
-
     return forward_flops(param_count(config)["total"], 1) / (gpu.tflops[dtype] * 1e12)
 
 
@@ -83,7 +84,6 @@ def plot_sensitivity(rows: list[dict[str, Any]], ax: Any = None, title: str = ""
     crossovers lie within 2% of each other (lines a reader could not tell apart); where dedicated never
     wins the line has no point. Returns the Axes."""
     import matplotlib.pyplot as plt
-    import numpy as np
     from matplotlib.ticker import NullLocator, ScalarFormatter
 
     if ax is None:

@@ -22,6 +22,7 @@ import psutil
 
 from ..engines import prometheus
 from ..hardware.machine import nvidia_smi_snapshot
+from ..serving import loadgen, loadspec
 from ..serving.loadspec import LoadSpec
 from ..serving.metrics import RunSummary, request_metrics, summarize
 from ..serving.records import RequestRecord
@@ -112,8 +113,6 @@ def watched_run(base_url: str, model: str, spec: LoadSpec,
     """``loadgen.run(base_url, spec)`` (a :class:`~labkit.serving.loadspec.LoadSpec`; ``model`` served,
     ``ignore_eos``) inside a :class:`Sampler` of the host and ``base_url``'s /metrics every ``interval_s``
     s: ``(samples, the run's summary)``, its ``requests`` the records :func:`dashboard` takes."""
-    from ..serving import loadgen, loadspec
-
     with Sampler(interval_s, base_url) as sm:
         run = loadgen.run(base_url, spec, loadspec.ClientSpec(model=model, ignore_eos=True), progress=False)
     return sm.samples, run

@@ -25,10 +25,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import nbformat
 
 from ..chapters import CHAPTERS, available, digest, names, resolve, run_chapter
 from ..paths import REPO
@@ -72,8 +75,6 @@ def staleness(data: dict[str, Any] | None, executed: Path, just_ran: bool = Fals
 
 def executed_run(executed: Path) -> str | None:
     """The run id :func:`labkit.chapters.run_chapter` stamped on an executed notebook (``None``: none)."""
-    import json
-
     try:
         meta = json.loads(executed.read_text()).get("metadata", {})
     except (OSError, ValueError):
@@ -85,8 +86,6 @@ def executed_run(executed: Path) -> str | None:
 def chapter_state(short: str, build_dir: Path, run: bool, rerun: bool, timeout: int) -> dict[str, Any]:
     """Reuse or run chapter ``short``; returns what the report says about it, with ``data`` (its
     results, ``None`` when unusable) and ``executed`` (the executed notebook, or ``None``)."""
-    import nbformat
-
     executed = build_dir / CHAPTERS[short]
     _, number, stem, _ = names(short)
     info: dict[str, Any] = {"chapter": short, "number": number, "notebook": CHAPTERS[short], "stem": stem,
@@ -177,7 +176,6 @@ def unclean(out: Path, share: Path | None = None) -> str | None:
     targets = [p.resolve() for p in (out, share) if p is not None]
     if not any(t == committed or t.is_relative_to(committed) for t in targets):
         return None
-    import subprocess
 
     try:
         changed = subprocess.run(["git", "status", "--porcelain", "--", ".", ":(exclude)reports",

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..chapters import CHAPTERS
-from ..results import load
+from ..figures import keep
+from ..results import current, load
 from .ledger import Claim, load_ledger, split_key
 from .verdicts import VERDICTS, fmt_value, judge_all
 
@@ -92,9 +93,6 @@ def findings_sentence(chapter: str, page: Mapping[str, Any] | None = None) -> st
     whose figure this run has not recorded yet (a "Going further" section further down records it) are
     left to the table at the chapter's end, and counted; a previous run's figures are never used.
     ``page``: the notebook's variables (``globals()``), whose figures so far are recorded first."""
-    from ..figures import keep
-    from ..results import current
-
     if page is not None:
         keep(chapter, page, partial=True)
 

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import mistune
+
 from ..paths import NOTEBOOKS
 
 GLOSSARY = NOTEBOOKS / "glossary.md"
@@ -56,8 +58,6 @@ def link_glossary(page: str) -> str:
 
 def to_html(text: str) -> str:
     """The markdown ``text`` as an HTML fragment, each heading with its :func:`anchor` as id."""
-    import mistune
-
     class Renderer(mistune.HTMLRenderer):
         def heading(self, text: str, level: int, **attrs: Any) -> str:
             return f'<h{level} id="{anchor(text)}">{text}</h{level}>\n'

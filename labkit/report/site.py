@@ -21,6 +21,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import nbformat
+
+from .glossary import link_glossary
+from .machines import unpath
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 TEMPLATE = """{%- extends 'index.html.j2' -%}
@@ -120,11 +125,6 @@ def render_notebook(src: Path, dest: Path, title: str, exp: Any = None, digest: 
     compares it with the tree's) and with the machine's absolute paths taken out
     (:func:`labkit.report.machines.unpath`); its links to ``glossary.md`` lead to the report's
     ``../glossary.html`` (:func:`labkit.report.glossary.link_glossary`). Returns the page's size in bytes."""
-    import nbformat
-
-    from .glossary import link_glossary
-    from .machines import unpath
-
     exp = exp or exporter()
     nb = offline_notebook(nbformat.read(src, as_version=4))
     body, _ = exp.from_notebook_node(nb, resources={"metadata": {"name": title}})

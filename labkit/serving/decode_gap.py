@@ -25,6 +25,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import httpx
+
 from ..stats import median_interval
 from .metrics import request_metrics
 from .openai_api import llamacpp_server_timing
@@ -40,8 +42,6 @@ def unstreamed_timing(base_url: str, model: str, prompt: str, max_tokens: int = 
     ``max_tokens`` tokens, as the load generator's requests): the server samples and detokenizes
     as usual but sends one answer at the end, so no per-token HTTP work runs beside the model.
     ``RuntimeError`` when the answer carries no ``timings`` (not a llama.cpp server)."""
-    import httpx
-
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0.0, "ignore_eos": True, "stream": False}
     r = httpx.post(f"{base_url_of(base_url)}/v1/chat/completions", json=body, timeout=timeout_s)

@@ -43,6 +43,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple
 
+import numpy as np
+from tqdm import tqdm
+
 from ..paths import DATA
 from ..settings import watched
 from . import metrics
@@ -73,8 +76,6 @@ def synthetic_requests(n: int, input_tokens: int = 128, output_tokens: int = 32,
     (vLLM's "random" dataset). Prompts are words from the shipped prompt set; with ``tokenizer``
     they are cut to the exact token count, without it a word counts as 1.3 tokens. Each dict has
     ``prompt``, ``max_tokens``, ``input_tokens`` (target)."""
-    import numpy as np
-
     if not 0.0 <= range_ratio < 1.0:
         raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio}")
     rng = np.random.default_rng(seed)
@@ -108,7 +109,6 @@ class _Planned(NamedTuple):
 
 
 def _plan(spec: LoadSpec) -> list[_Planned]:
-    import numpy as np
 
     items = [p if isinstance(p, dict) else Prompt(prompt=str(p)) for p in (spec.prompts or load_prompts())]
     order = np.random.default_rng(spec.seed).permutation(len(items)).tolist()
@@ -138,8 +138,6 @@ def _backend(target: str | Backend, client: ClientSpec | None) -> Backend:
 
 async def _execute(backend: Backend, plan: list[_Planned], spec: LoadSpec, sink: IO[str] | None,
                    progress: bool, label: str) -> tuple[list[RequestRecord], float]:
-    from tqdm import tqdm
-
     concurrency, rate, burstiness, seed = spec.in_flight, spec.rate, spec.burstiness, spec.seed
     max_duration_s = spec.max_duration_s
     records: list[RequestRecord] = []

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..hardware.machine import synchronize
 from .records import RequestRecord, fail, new_record
 
 
@@ -24,8 +25,6 @@ def generate_timed(model: Any, tokenizer: Any, prompt: str, max_tokens: int = 32
     ``max_tokens`` tokens (``min_new_tokens``)."""
     import torch
     from transformers.generation.streamers import BaseStreamer
-
-    from ..hardware.machine import synchronize
 
     device = str(model.device)
     rec = new_record("transformers")

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from .records import Part, RequestRecord, ServerTiming, Status, fail, finish_record, new_record
 from .streaming import ServerError
 
@@ -16,8 +18,6 @@ OLLAMA_HOST = "http://127.0.0.1:11434"
 
 def ollama_available(host: str = OLLAMA_HOST, timeout_s: float = 1.0) -> bool:
     """Whether an Ollama server answers ``/api/version`` at ``host`` (localhost:11434 by default)."""
-    import httpx
-
     try:
         return httpx.get(f"{host.rstrip('/')}/api/version", timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
@@ -74,7 +74,6 @@ class OllamaBackend:
 
     def session(self) -> Any:
         """An ``ollama.AsyncClient`` with the read timeout."""
-        import httpx
         import ollama
 
         return ollama.AsyncClient(host=self.host, timeout=httpx.Timeout(self.timeout_s, connect=10.0))
@@ -84,7 +83,6 @@ class OllamaBackend:
 
     async def send(self, session: Any, prompt: str, max_tokens: int) -> RequestRecord:
         """Send ``prompt`` on ``session`` (the client :meth:`session` opened) and time its stream."""
-        import httpx
         import ollama
 
         client = session

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import httpx
+
 from .records import Part, RequestRecord, ServerTiming, Status, error_text, fail, finish_record, new_record
 from .sse import SSEEvent, SSEParser
 from .streaming import ServerError, base_url_of
@@ -24,8 +26,6 @@ from .streaming import ServerError, base_url_of
 def check_openai_server(base_url: str, model: str | None = None, timeout_s: float = 5.0) -> list[str]:
     """The model names an OpenAI-compatible server lists at ``/v1/models``; :class:`ServerError`
     when nothing answers, the route is missing, or ``model`` is not among them."""
-    import httpx
-
     base = base_url_of(base_url)
     try:
         r = httpx.get(f"{base}/v1/models", timeout=timeout_s)
@@ -172,8 +172,6 @@ class OpenAIBackend:
 
     def session(self) -> Any:
         """An ``httpx.AsyncClient`` with the read timeout and no connection cap."""
-        import httpx
-
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=10.0), limits=limits)
 
@@ -182,8 +180,6 @@ class OpenAIBackend:
 
     async def send(self, session: Any, prompt: str, max_tokens: int) -> RequestRecord:
         """Send ``prompt`` on ``session`` (the client :meth:`session` opened) and time its stream."""
-        import httpx
-
         client: httpx.AsyncClient = session
         rec = new_record(self.kind)
         parts: list[Part] = []

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .figures import RequestFigures
 from .metrics import RunSummary, request_metrics
 
@@ -44,8 +46,6 @@ def plot_ttft_cdf(summaries: Sequence[RunSummary], ax: Any = None) -> Any:
     """Empirical CDF of TTFT (ms), one line per run, with each run's P50 and P99 marked. The x axis
     is logarithmic when the TTFTs span more than a factor :data:`LOG_SPAN` (queueing at high
     concurrency), so the fast runs are not squeezed against the axis."""
-    import numpy as np
-
     ax = _axes(ax)
     everything: list[float] = []
     for s in summaries:
@@ -70,8 +70,6 @@ def plot_itl_hist(summaries: Sequence[RunSummary], ax: Any = None, bins: int = 4
     a preemption) are orders of magnitude apart, and on a linear axis one outlier bin dominates.
     Fractions are of all gaps; gaps of 0 ms (tokens sharing one chunk) cannot sit on a log axis, so
     the legend counts them instead."""
-    import numpy as np
-
     ax = _axes(ax)
     all_itl = [[g * 1000 for m in _ok(s) for g in m["itl_s"]] for s in summaries]
     pos = [x for xs in all_itl for x in xs if x > 0]

@@ -13,8 +13,6 @@ import json
 import sys
 from typing import Any, NoReturn
 
-from .production.monitor_options import add_monitor_arguments
-
 
 def _doctor(args: argparse.Namespace) -> int:
     from .hardware import machine
@@ -259,6 +257,14 @@ def _report(args: argparse.Namespace) -> int:
     return report(args.rest)
 
 
+def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``labkit monitor``: ``--url``, ``--interval`` (s), ``--count`` (lines)."""
+    p.add_argument("--url", help="a vLLM or llama-server (--metrics) whose /metrics to show too, "
+                   "e.g. http://127.0.0.1:8000")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default 1)")
+    p.add_argument("--count", type=int, help="lines to print (default: until Ctrl-C)")
+
+
 def _monitor(args: argparse.Namespace) -> int:
     from .production.monitor import monitor_main
 
@@ -287,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(fn=_bench)
     mo = sub.add_parser("monitor", help="watch this machine (and a vLLM server's /metrics) live, like "
                         "nvidia-smi dmon (chapter 08)")
-    add_monitor_arguments(mo)  # a light module: `labkit` starts without loading the monitor
+    add_monitor_arguments(mo)
     mo.set_defaults(fn=_monitor)
     rp = sub.add_parser("report", help="check every claim of the tutorial on this machine; writes reports/")
     rp.add_argument("rest", nargs=argparse.REMAINDER,

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from labkit import models
+from labkit.cli import add_monitor_arguments
 from labkit.engines import prometheus
 from labkit.engines.server import ENGINES
 from labkit.hardware import machine
 from labkit.production import monitor, server_gauges
-from labkit.production.monitor_options import add_monitor_arguments
 from labkit.serving.metrics import summarize
 from labkit.serving.records import RequestRecord
 

@@ -4,7 +4,7 @@ measured. Host gauges from psutil and NVML (:func:`labkit.hardware.machine.nvidi
 llama-server (``llamacpp:``, started with ``--metrics``) as :mod:`labkit.production.server_gauges`
 maps them, request figures from load-generator records; seconds, bytes, %, W.
 Wrap ``loadgen.run`` in a :class:`Sampler`, then :func:`timeline`, :func:`dashboard`; CLI: :func:`live`
-(options in :mod:`labkit.production.monitor_options`)."""
+(its options: ``labkit.cli.add_monitor_arguments``)."""
 
 from __future__ import annotations
 

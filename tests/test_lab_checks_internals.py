@@ -2,6 +2,7 @@
 a small mutated version of the chapter's code path on a tiny random model, computes the figure the
 notebook records from it, and sees the check fail; the real code path, run the same way, holds."""
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -70,8 +71,8 @@ def test_scratch_forward_with_a_rope_slip_fails(tiny, monkeypatch):
 def _same_tokens(model, w, cfg) -> bool:
     """The notebook's figure: cached, uncached and transformers' greedy tokens all equal."""
     prompt = torch.tensor([[5, 17, 3, 60, 41, 8]])
-    cached = sl.generate(w, cfg, prompt, 12, use_cache=True)["tokens"]
-    uncached = sl.generate(w, cfg, prompt, 12, use_cache=False)["tokens"]
+    cached = sl.generate(partial(sl.forward, w, cfg), prompt, 12, use_cache=True)["tokens"]
+    uncached = sl.generate(partial(sl.forward, w, cfg), prompt, 12, use_cache=False)["tokens"]
     hf = model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)[0, prompt.shape[1]:]
     hf = hf.tolist()
     return cached == uncached == hf

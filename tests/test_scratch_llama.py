@@ -1,5 +1,6 @@
 """From-scratch forward pass vs transformers (labkit.llm.scratch_llama, chapter 03)."""
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -49,7 +50,8 @@ def test_generate_with_and_without_cache_agree(tmp_path, tiny_llama):
     _tiny(tmp_path, "llama", tiny_llama)
     w, cfg = sl.load(tmp_path)
     prompt = torch.tensor([[5, 17, 3]])
-    a, b = sl.generate(w, cfg, prompt, 6, use_cache=True), sl.generate(w, cfg, prompt, 6, use_cache=False)
+    fw = partial(sl.forward, w, cfg)
+    a, b = sl.generate(fw, prompt, 6, use_cache=True), sl.generate(fw, prompt, 6, use_cache=False)
     assert a["tokens"] == b["tokens"] and len(a["step_s"]) == 5
 
 
@@ -68,10 +70,11 @@ def test_decode_step_seconds_reuses_a_cropped_cache(tmp_path, tiny_llama):
         assert torch.allclose(sl.forward(w, cfg, nxt, short), sl.forward(w, cfg, nxt, fresh), atol=1e-5)
     assert sl.cache_len(long_cache) == 10  # the crop left the original alone
     for use_cache in (True, False):
-        times = sl.decode_step_seconds(w, cfg, tokens, 8, use_cache, steps=3, prefilled=long_cache)
+        times = sl.decode_step_seconds(partial(sl.forward, w, cfg), tokens, 8, use_cache, steps=3,
+                                       prefilled=long_cache)
         assert len(times) == 3 and all(t > 0 for t in times)
     with pytest.raises(ValueError, match="at least"):
-        sl.decode_step_seconds(w, cfg, tokens, 11, True, steps=3)
+        sl.decode_step_seconds(partial(sl.forward, w, cfg), tokens, 11, True, steps=3)
 
 
 def test_rope_keeps_norms_and_rejects_scaled_rope():
@@ -97,7 +100,7 @@ def test_bundled_model_matches_transformers_fp32():
     ids = tok("Attention lets each token look at the tokens before it.", return_tensors="pt").input_ids
     _check_against(model, w, cfg, ids, atol=1e-4)
     hf = model.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1]:].tolist()
-    assert sl.generate(w, cfg, ids, 8)["tokens"] == hf
+    assert sl.generate(partial(sl.forward, w, cfg), ids, 8)["tokens"] == hf
 
 
 def test_power_law_exponent_fits_every_point():

@@ -28,6 +28,9 @@ from .attention import attention
 
 Weights = dict[str, torch.Tensor]
 Cache = list[tuple[torch.Tensor, torch.Tensor]]
+#: A forward pass ``(tokens (B, T), cache or None) -> logits (B, T, vocab)``, extending the cache in place:
+#: chapter 03's page writes one; ``partial(forward, w, cfg)`` is this module's.
+Forward = Callable[[torch.Tensor, Cache | None], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -177,15 +180,14 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def generate(
-    w: Weights,
-    cfg: Config,
+    forward: Forward,
     prompt: torch.Tensor,
     max_new_tokens: int,
     use_cache: bool = True,
     pick: Callable[[torch.Tensor], torch.Tensor] = greedy,
     eos_id: int | None = None,
 ) -> dict[str, Any]:
-    """Generate up to ``max_new_tokens`` after ``prompt`` ``(1, T)``, timing each forward pass.
+    """Generate up to ``max_new_tokens`` after ``prompt`` ``(1, T)`` with ``forward``, timing each pass.
 
     Returns ``{"tokens": list[int] (new tokens), "prefill_s": float (first forward: the whole
     prompt, gives the first token), "step_s": list[float] (each later forward, seconds)}``.
@@ -197,7 +199,7 @@ def generate(
     seq, new, times = prompt, [], []
 
     def step_on(feed: torch.Tensor) -> torch.Tensor:
-        return pick(forward(w, cfg, feed, cache))
+        return pick(forward(feed, cache))
 
     for step in range(max_new_tokens):
         feed = seq if (step == 0 or cache is None) else seq[:, -1:]
@@ -217,16 +219,15 @@ def crop(cache: Cache, n: int) -> Cache:
 
 @torch.no_grad()
 def decode_step_seconds(
-    w: Weights,
-    cfg: Config,
+    forward: Forward,
     tokens: torch.Tensor,
     start: int,
     use_cache: bool,
     steps: int = 3,
     prefilled: Cache | None = None,
 ) -> list[float]:
-    """Seconds of each of ``steps`` decode steps that read ``tokens[:, start:start + steps]`` one
-    at a time, each predicting the next token from everything before it (``tokens``: ``(1, n)``).
+    """Seconds of each of ``steps`` decode steps of ``forward`` that read ``tokens[:, start:start + steps]``
+    one at a time, each predicting the next token from everything before it (``tokens``: ``(1, n)``).
 
     With a cache, each step feeds one token; the first ``start`` tokens are put in the cache
     beforehand, untimed (cropped from ``prefilled`` when it holds at least that many, which saves
@@ -242,11 +243,11 @@ def decode_step_seconds(
         else:
             cache = []
             if start:
-                forward(w, cfg, tokens[:, :start], cache)
+                forward(tokens[:, :start], cache)
     device, out = tokens.device, []
 
     def step_on(feed: torch.Tensor) -> torch.Tensor:
-        return greedy(forward(w, cfg, feed, cache))
+        return greedy(forward(feed, cache))
 
     for i in range(start, start + steps):
         feed = tokens[:, i:i + 1] if cache is not None else tokens[:, :i + 1]

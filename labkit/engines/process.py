@@ -58,7 +58,6 @@ class Server:
 
 
 def _registry() -> Path:
-
     path = cache_dir() / "servers"
     path.mkdir(parents=True, exist_ok=True)
     return path

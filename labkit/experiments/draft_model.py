@@ -94,7 +94,6 @@ def target_file() -> Path:
 
 
 def _ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-
     r = httpx.post(f"{url}/v1/chat/completions", timeout=120.0, json={
         "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0})
     r.raise_for_status()

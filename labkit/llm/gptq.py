@@ -216,7 +216,6 @@ def _hessian_hook(h: torch.Tensor, last: dict) -> Callable[..., None]:
 
 
 def _cache_file(model: nn.Module, ids: torch.Tensor, settings: dict) -> Path:
-
     name = str(getattr(model.config, "_name_or_path", "model"))
     key = hashlib.sha256(repr((name, sorted(settings.items()), "gptq-v4")).encode()
                          + ids.cpu().numpy().tobytes()).hexdigest()[:16]

@@ -169,7 +169,6 @@ def _load_gguf(path: Path) -> tuple[str, int]:
 
 
 def _gguf_kind(reader: Any) -> str:
-
     kinds = Counter(x.tensor_type.name for x in reader.tensors)
     return kinds.most_common(1)[0][0]
 

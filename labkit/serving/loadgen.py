@@ -109,7 +109,6 @@ class _Planned(NamedTuple):
 
 
 def _plan(spec: LoadSpec) -> list[_Planned]:
-
     items = [p if isinstance(p, dict) else Prompt(prompt=str(p)) for p in (spec.prompts or load_prompts())]
     order = np.random.default_rng(spec.seed).permutation(len(items)).tolist()
     picks = [items[order[i % len(items)]] for i in range(spec.requests)]

@@ -168,7 +168,9 @@ def run_chapter(name: str, timeout: int = 1800, out_dir: Path | None = None) -> 
         finally:
             nb.cells.remove(partial)
 
+    # the kernel's own log at errors only: it warns at every start that its loopback TCP is unencrypted
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", on_cell_error=keep_what_ran,
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
     print(f"running {path.relative_to(REPO)} ...", flush=True)
     status = 0

@@ -69,8 +69,9 @@ def test_keep_partial_records_the_sections_before_the_page_stops(tmp_path, monke
 
 
 @pytest.mark.slow  # starts a Jupyter kernel (about 4 s)
-def test_a_failed_chapter_run_keeps_the_figures_of_the_cells_that_ran(tmp_path, monkeypatch):
-    """run_chapter: a cell fails, the cells above it measured something: keep_partial records it."""
+def test_a_failed_chapter_run_keeps_the_figures_of_the_cells_that_ran(tmp_path, monkeypatch, capfd):
+    """run_chapter: a cell fails, the cells above it measured something: keep_partial records it;
+    the kernel's own start-up log stays out of the terminal."""
     from labkit import chapters, results
 
     monkeypatch.setenv(results.ENV_VAR, str(tmp_path / "results"))  # the kernel inherits it
@@ -88,3 +89,4 @@ def test_a_failed_chapter_run_keeps_the_figures_of_the_cells_that_ran(tmp_path, 
     assert (results.load("setup") or {})["values"]["measured"]["value"] == 12.5
     executed = nbformat.read(tmp_path / "build" / CHAPTERS["setup"], as_version=4)
     assert len(executed.cells) == 3  # the extra cell is not left on the page
+    assert "[IPKernelApp]" not in capfd.readouterr().err

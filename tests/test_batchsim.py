@@ -180,7 +180,8 @@ def test_bad_arguments_raise():
 
 def test_sweep_and_tradeoff_plot():
     cost = bs.StepCost(0.0005, 0.08, 0.014)
-    runs = {p: bs.sweep_rates(p, [0.5, 2.0], cost, 8, n=30) for p in bs.POLICIES}
+    runs = {p: [{"rate": r, **bs.simulate_batching(p, bs.mixed_requests(30, rate=r, seed=0), cost, 8, 0.1)}
+                for r in (0.5, 2.0)] for p in bs.POLICIES}
     assert [r["rate"] for r in runs["static"]] == [0.5, 2.0]
     assert all(r["accounted"] for rs in runs.values() for r in rs)
     measured = [{"label": "vLLM c=8", "throughput_tok_s": 37.0, "p99_e2e_s": 2.0}]

@@ -32,13 +32,14 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..engines.vllm import vllm_python
 
-#: What ``vllm bench serve ARGS`` runs, without the console script's version lookup.
+#: What ``vllm bench serve ARGS`` runs, without the console script's version lookup (the unit tests parse
+#: labkit's options with it against the real vLLM).
 SHIM = ("import sys\n"
         "from vllm.benchmarks.serve import add_cli_args, main\n"
         "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
@@ -102,12 +103,6 @@ def bench_serve_args(base_url: str, model: str | Path, served_name: str, dataset
             "--result-filename", result_file.name]
 
 
-def bench_serve_command(args: Sequence[str], python: str | Path | None = None) -> list[str]:
-    """The command line that runs ``vllm bench serve`` with ``args`` in the vLLM venv (``python``
-    default :func:`labkit.engines.vllm.vllm_python`), through :data:`SHIM`."""
-    return [str(python or vllm_python()), "-c", SHIM, *args]
-
-
 def bench_env() -> dict[str, str]:
     """Environment for the benchmark client: offline hub, no usage reporting, one thread (it only
     tokenizes and reads streams; the server gets the cores)."""
@@ -124,31 +119,11 @@ def result_path(args: Sequence[str]) -> Path:
         raise ValueError("args need --result-dir DIR and --result-filename NAME") from None
 
 
-def run_bench_serve(args: Sequence[str], timeout_s: float = 600.0, log_path: str | Path | None = None,
-                    python: str | Path | None = None) -> dict[str, Any]:
-    """Run ``vllm bench serve`` with ``args`` (see :func:`bench_serve_args`); its result JSON as a
-    dict, plus ``wall_s`` (the whole subprocess: importing vLLM included). Its output goes to
-    ``log_path`` when given. ``RuntimeError`` with the output's tail when it fails or saves nothing."""
-    out = result_path(args)
-    out.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    r = subprocess.run(bench_serve_command(args, python), capture_output=True, text=True, timeout=timeout_s,
-                       env=bench_env())
-    wall = time.perf_counter() - t0
-    text = r.stdout + r.stderr
-    if log_path is not None:
-        Path(log_path).write_text(text)
-    if r.returncode or not out.exists():
-        raise RuntimeError(f"vllm bench serve failed (exit {r.returncode}, result {out} "
-                           f"{'present' if out.exists() else 'absent'}); its output ends:\n{text[-2500:]}")
-    return json.loads(out.read_text()) | {"wall_s": wall}
-
-
 class BenchSession:
     """One long-lived ``vllm bench serve`` process (:data:`DRIVER`) for several runs::
 
         with BenchSession(log_path="bench.log") as vb:      # imports vLLM once
-            r1 = vb.run(bench_serve_args(...))              # the result JSON, as run_bench_serve's
+            r1 = vb.run(bench_serve_args(...))              # its result JSON, plus wall_s
             r2 = vb.run(bench_serve_args(...))
 
     ``run`` raises ``RuntimeError`` with the output's tail when a run fails, saves nothing or takes
@@ -219,16 +194,3 @@ class BenchSession:
                 self.proc.wait()
         if self.log is not None:
             self.log.write_text("".join(self.lines))
-
-
-def agreement(reference: Mapping[str, Any], ours: Mapping[str, Any],
-              keys: Sequence[str] = AGREEMENT_KEYS) -> list[dict[str, Any]]:
-    """For each of ``keys``: ``{"key", "reference", "ours", "ratio"}`` with ``ratio = ours / reference``
-    (NaN where the reference is 0 or a figure is missing). ``reference`` is vLLM's result JSON,
-    ``ours`` labkit's summary by vLLM's names (:meth:`~labkit.serving.metrics.RunSummary.vllm_names`)."""
-    nan = float("nan")
-    rows = []
-    for k in keys:
-        ref, own = float(reference.get(k, nan)), float(ours.get(k, nan))
-        rows.append({"key": k, "reference": ref, "ours": own, "ratio": own / ref if ref else nan})
-    return rows

@@ -34,7 +34,8 @@ Usage::
     for policy in ("static", "dynamic", "continuous"):
         r = batchsim.simulate_batching(policy, reqs, cost, max_batch=16)
         print(policy, r["throughput_tok_s"], r["p99_e2e_s"], r["accounted"])
-    runs = {p: batchsim.sweep_rates(p, [0.5, 1, 2, 4], cost, 16) for p in batchsim.POLICIES}
+    runs = {p: [{"rate": r, **batchsim.simulate_batching(p, batchsim.mixed_requests(64, rate=r), cost, 16)}
+                for r in (0.5, 1, 2, 4)] for p in batchsim.POLICIES}   # one list per policy, rising rate
     batchsim.plot_tradeoff(runs)
 """
 
@@ -262,22 +263,10 @@ def _summary(policy: str, reqs: list[dict[str, Any]], recs: list[dict[str, Any]]
             "busy_fraction": busy / makespan if makespan > 0 else 0.0, "requests": recs}
 
 
-def sweep_rates(policy: str, rates: Sequence[float], cost: StepCost, max_batch: int, n: int = 200,
-                seed: int = 0, timeout_s: float = 0.1, input_tokens: tuple[int, int] = (32, 128),
-                output_tokens: tuple[int, int] = (8, 64)) -> list[dict[str, Any]]:
-    """:func:`simulate_batching` at each Poisson arrival ``rate`` (requests/s), ``n`` requests each,
-    the same ``seed`` at every rate (the same request mix, only faster); each result gains ``rate``.
-    Feed the lists of several policies to :func:`plot_tradeoff`."""
-    out = []
-    for rate in rates:
-        reqs = mixed_requests(n, input_tokens, output_tokens, rate=rate, seed=seed)
-        out.append({"rate": float(rate), **simulate_batching(policy, reqs, cost, max_batch, timeout_s)})
-    return out
-
-
 def plot_tradeoff(results_by_policy: dict[str, list[dict[str, Any]]], ax: Any = None,
                   measured: dict[str, Any] | Sequence[dict[str, Any]] | None = None) -> Any:
-    """Throughput (output tokens/s, x) against P99 end-to-end latency (s, y), one line per policy;
+    """Throughput (output tokens/s, x) against P99 end-to-end latency (s, y), one line per policy (its
+    results at rising arrival rates);
     ``measured`` point(s) ``{"label", "throughput_tok_s", "p99_e2e_s"}`` (from a real server) drawn
     as labelled stars. The y axis is logarithmic when latencies span more than 10x. Returns the Axes."""
     if ax is None:

@@ -44,7 +44,7 @@ def page_cfg(v: Values) -> tuple[bool, str]:
        # whisper base, the passage decoded at 8 kHz and handed over as 16 kHz samples (what the broken
        # test measures): the model hears speech at twice its speed and writes something else
        fails_on={"whisper_wer": 2.88},
-       holds_on={"whisper_wer": 0.051})  # base int8, beam 5, 2026-12-01
+       holds_on={"whisper_wer": 0.051})  # measured: base int8, beam 5
 def whisper_wer(v: Values) -> tuple[bool, str]:
     # 0.1: the clean synthetic voice gives whisper base 0.05-0.07 (beam 5 or 1); a pipeline that feeds
     # the model the wrong rate, range or channel gives 0.5 and more
@@ -57,7 +57,7 @@ def whisper_wer(v: Values) -> tuple[bool, str]:
        when=studied,
        # a server that decodes the pcm_s16le frames as big-endian samples: noise in, words out of nowhere
        fails_on={"ws_vs_in_process_wer": 1.0, "study": True},
-       holds_on={"ws_vs_in_process_wer": 0.0, "study": True})  # tiny.en, the same words, 2026-12-01
+       holds_on={"ws_vs_in_process_wer": 0.0, "study": True})  # measured: tiny.en, the same words
 def ws_matches_in_process(v: Values) -> tuple[bool, str]:
     x = v["ws_vs_in_process_wer"]
     # the frames carry int16 samples, within 1/32767 of the float ones: the words should be the same;

@@ -83,7 +83,7 @@ def _llamacpp(v: Values) -> str | None:
        fails_on={"llamacpp_server_over_client_tokens": 0.51, "llamacpp_max_waiting": 3.0,
                  "llamacpp_monitored": True},
        holds_on={"llamacpp_server_over_client_tokens": 1.0, "llamacpp_max_waiting": 2.0,
-                 "llamacpp_monitored": True})  # 2 slots, 8 requests 4 at a time, 2026-12-01
+                 "llamacpp_monitored": True})  # measured: 2 slots, 8 requests 4 at a time
 def llamacpp_metrics_read(v: Values) -> tuple[bool, str]:
     ratio, waiting = v["llamacpp_server_over_client_tokens"], v["llamacpp_max_waiting"]
     # 2%: the counter and the client count the same tokens; a scrape taken before the last request ended

@@ -39,7 +39,7 @@ def page_batching(v: Values) -> tuple[bool, str]:
 @check("production", "the simulator predicted the measured continuous throughput within "
        f"{SIM_TOLERANCE:.0%} (median of the rounds, each against its own calibration)",
        needs=("sim_error_pct",), broken=BROKEN + "test_a_calibration_reading_decode_steps_from_ttft_fails",
-       # commit 1c77856's fresh-clone run, -42%: a simulator whose steps were a slow calibration's (a
+       # a fresh clone's run, -42%: a simulator whose steps were a slow calibration's (a
        # decode step read from the time to first token gives -50% on the fake server: the broken test)
        fails_on={"sim_error_pct": -42.0}, holds_on={"sim_error_pct": -5.0})
 def simulator_calibrated(v: Values) -> tuple[bool, str]:
@@ -50,7 +50,7 @@ def simulator_calibrated(v: Values) -> tuple[bool, str]:
 @check("production", "the simulator's continuous/static ratio matched the measured one within "
        f"{RATIO_TOLERANCE:.0%} (median of the rounds, each against its own calibration and static run)",
        needs=("sim_ratio_error_pct",), broken=BROKEN + "test_a_gate_that_does_not_wait_fails",
-       # the 14:02 run's simulated 2.03x against a static run landing in the host's slow mode (steps about
+       # a simulated 2.03x against a static run landing in the host's slow mode (steps about
        # 1.5x slower, batching.step_costs), which would have measured 2.53 x 1.5 = 3.80x: -47% (a gate that
        # lets the engine refill its slots measures about 1x on the fake server: +47%, the broken test)
        fails_on={"sim_ratio_error_pct": -47.0},

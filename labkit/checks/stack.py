@@ -18,7 +18,7 @@ BROKEN = "tests/test_lab_checks_stack.py::"
 
 @check("stack", "torch.compile's fused chain computes what eager PyTorch computes",
        needs=("compile_max_abs_diff",), broken=BROKEN + "test_a_compiler_that_swaps_an_op_fails",
-       # commit dd9d605: AVX-512 code reused from Inductor's cache under an AVX2 cap gave a wrong chain
+       # seen once: AVX-512 code reused from Inductor's cache under an AVX2 cap gave a wrong chain
        fails_on={"compile_max_abs_diff": 2.6},
        holds_on={"compile_max_abs_diff": 1.2e-7})  # fp32 rounding of eleven elementwise steps
 def compile_same(v: Values) -> tuple[bool, str]:

@@ -25,7 +25,7 @@ from labkit.engines import llamacpp, process
 from labkit.serving import loadgen
 from labkit.serving.decode_gap import decode_layers, gap_sentences
 from labkit.serving.loadspec import ClientSpec, LoadSpec
-from labkit.serving.metrics import request_metrics
+from labkit.serving.records import request_metrics
 from labkit.stats import median_interval, ratio_interval
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from labkit.checks import outcome
 from labkit.engines import vllm
-from labkit.serving import decode_gap, loadgen, metrics, ollama_api, openai_api, records, streaming
+from labkit.serving import decode_gap, loadgen, ollama_api, openai_api, records, streaming
 from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.serving.openai_api import llamacpp_server_timing
 from labkit.serving.records import RequestRecord
@@ -54,7 +54,7 @@ def test_client_with_a_blocked_event_loop_fails(srv, monkeypatch):
 def _ollama_figures(url: str) -> dict:
     """The notebook's four figures of one request through the official ollama client."""
     rec = streaming.measure(ollama_api.ollama_backend("fake", host=url), "Explain inference.", TOKENS)
-    m, sv = metrics.request_metrics(rec), rec.server
+    m, sv = records.request_metrics(rec), rec.server
     assert sv is not None and sv["prompt_eval_s"] is not None and sv["eval_s"] is not None
     return {"ollama_server": "ollama", "ollama_ttft_ms": m["ttft_s"] * 1e3,
             "ollama_prompt_eval_ms": sv["prompt_eval_s"] * 1e3, "ollama_e2e_ms": m["e2e_s"] * 1e3,
@@ -97,9 +97,9 @@ def _ollama_records(url: str, n: int = 3) -> list[RequestRecord]:
 
 
 def test_tpot_with_the_first_token_folded_in_fails(srv, monkeypatch):
-    records = _ollama_records(srv.url)
-    real = _llamacpp_figures(records)
-    right = metrics.request_metrics
+    recs = _ollama_records(srv.url)
+    real = _llamacpp_figures(recs)
+    right = records.request_metrics
 
     def folded(rec):  # TPOT as the whole E2E over every token, the wait for the first one included
         m: dict[str, Any] = dict(right(rec))
@@ -107,7 +107,7 @@ def test_tpot_with_the_first_token_folded_in_fails(srv, monkeypatch):
         return m
 
     monkeypatch.setattr(decode_gap, "request_metrics", folded)
-    broken = _llamacpp_figures(records)
+    broken = _llamacpp_figures(recs)
     assert outcome("metrics", "llamacpp_client_counts_server_rate", broken).held is False
     assert outcome("metrics", "llamacpp_client_counts_server_rate", real).held is True
     skipped = broken | {"llamacpp_ran": False}
@@ -157,7 +157,7 @@ def _stream_figures(chunks, count_chunks=False):
 
 def _page_gap(rec: RequestRecord, **kw: Any) -> float:
     """The notebook's figure for one record: the largest |stream_figures - request_metrics|."""
-    mine, ref = _stream_figures(rec.chunks, **kw), metrics.request_metrics(rec)
+    mine, ref = _stream_figures(rec.chunks, **kw), records.request_metrics(rec)
     assert len(mine["itl_s"]) == len(ref["itl_s"])
     pairs = [(mine[k], ref[k]) for k in ("ttft_s", "e2e_s", "tpot_s")]
     pairs += list(zip(mine["itl_s"], ref["itl_s"], strict=True))

@@ -7,7 +7,7 @@ from typing import cast
 
 import pytest
 
-from labkit.serving import loadgen, loadspec, metrics
+from labkit.serving import loadgen, loadspec, records
 from labkit.serving.records import RequestRecord, fail, finish_record, new_record
 
 # Lines in the format `labkit bench` wrote before RequestRecord existed (one OpenAI-compatible
@@ -43,7 +43,7 @@ def test_a_line_becomes_typed_fields():
     rec = RequestRecord.from_json(OPENAI_LINE)
     assert rec.status == "ok" and rec.http_status == 200 and rec.id == 3 and rec.phase == "run"
     assert rec.chunks == [(0.25, 1), (0.5, 1), (0.75, 1), (1.0, 1)] and rec.output_tokens == 4
-    assert metrics.request_metrics(rec)["tpot_s"] == pytest.approx(0.25)
+    assert records.request_metrics(rec)["tpot_s"] == pytest.approx(0.25)
     ollama = RequestRecord.from_json(OLLAMA_LINE)
     assert ollama.server is not None and ollama.server["eval_tokens_per_s"] == 8.0
     refused = RequestRecord.from_json(REFUSED_LINE)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.serving import metrics, openai_api, streaming
+from labkit.serving import metrics, openai_api, records, streaming
 
 
 def ev(obj, eol=b"\n", prefix=b"data: "):
@@ -183,13 +183,13 @@ def test_stream_shape_end_to_end(scripted, case):
     assert {k: getattr(r, k) for k in expected} == expected, (r.status, r.error)
     assert [k for _, k in r.chunks] == counts
     if r.status == "ok" and counts[0] is not None:
-        m = metrics.request_metrics(r)
+        m = records.request_metrics(r)
         assert m["ttft_s"] > 0 and m["e2e_s"] >= m["ttft_s"] and len(m["itl_s"]) == sum(counts) - counts[0]
 
 
 def test_role_chunk_is_not_the_first_token(scripted):
     r = measure(scripted, [ROLE, 0.2, *TOKENS, DONE])
-    assert metrics.request_metrics(r)["ttft_s"] >= 0.2
+    assert records.request_metrics(r)["ttft_s"] >= 0.2
 
 
 def test_errors_in_the_stream_are_errors_with_the_message(scripted):
@@ -206,7 +206,7 @@ def test_errors_in_the_stream_are_errors_with_the_message(scripted):
 def test_tool_call_stream_keeps_its_timing(scripted):
     """Regression (defect 3): tool-call-only deltas added no chunk, so TTFT/TPOT were NaN."""
     r = measure(scripted, SHAPES["tool_calls deltas"][0])
-    m = metrics.request_metrics(r)
+    m = records.request_metrics(r)
     assert m["ttft_s"] > 0 and m["tpot_s"] >= 0 and metrics.summarize([r]).ttft.n == 1
 
 
@@ -214,7 +214,7 @@ def test_eos_token_is_timed_where_it_arrived(scripted):
     """Regression (defect 7): an EOS token in a finish chunk without text was dropped from the
     timeline (and given to the first chunk); E2E must end at the finish chunk, 0.1 s later."""
     r = measure(scripted, SHAPES["EOS in a text-less finish chunk"][0])
-    m = metrics.request_metrics(r)
+    m = records.request_metrics(r)
     assert m["e2e_s"] - r.chunks[1][0] >= 0.09 and len(m["itl_s"]) == 2
 
 

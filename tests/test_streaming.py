@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.engines.fakeserver import fake_server
-from labkit.serving import local, metrics, ollama_api, openai_api, sse, streaming
+from labkit.serving import local, ollama_api, openai_api, records, sse, streaming
 
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -110,7 +110,7 @@ def test_openai_stream_counts_tokens_not_chunks(srv, endpoint, k):
     assert r.output_tokens == 10 and r.token_source == "usage-continuous"
     assert [c[1] for c in r.chunks] == [k] * (10 // k) + ([10 % k] if 10 % k else [])
     assert r.text.split() == [f"tok{i}" for i in range(10)]
-    m = metrics.request_metrics(r)
+    m = records.request_metrics(r)
     assert len(m["itl_s"]) == 10 - k  # the first chunk's extra tokens have no gap
     assert len(m["chunk_gaps_s"]) == len(r.chunks) - 1
 
@@ -119,7 +119,7 @@ def test_role_only_chunk_does_not_count_as_first_token(srv):
     srv.opts.update(prefill_s=0.3, role_chunk=True)  # role chunk goes out at once, token after 0.3 s
     r = streaming.measure(openai_api.openai_backend(srv.url, "fake"), "hi", 3)
     assert r.status == "ok" and len(r.chunks) == 3
-    assert metrics.request_metrics(r)["ttft_s"] >= 0.3
+    assert records.request_metrics(r)["ttft_s"] >= 0.3
 
 
 def test_final_usage_only_server(srv):
@@ -142,7 +142,7 @@ def test_ollama_ndjson_client_and_server_timing(srv, endpoint):
     sv = r.server
     assert sv is not None
     assert sv["eval_count"] == 6 and sv["prompt_eval_count"] == 1
-    m = metrics.request_metrics(r)
+    m = records.request_metrics(r)
     assert sv["total_s"] is not None and r.t_end is not None
     assert sv["total_s"] <= (r.t_end - r.t_sent) + 1e-3
     assert sv["prompt_eval_s"] == pytest.approx(0.05, abs=0.04)
@@ -268,4 +268,4 @@ def test_usage_on_the_finish_chunk_is_the_total():
     rec = asyncio.run(go())
     assert rec.status == "ok" and rec.output_tokens == 3 and rec.token_source == "usage"
     assert [k for _, k in rec.chunks] == [1, 1, 1]  # the empty finish chunk holds no token
-    assert len(metrics.request_metrics(rec)["itl_s"]) == 2
+    assert len(records.request_metrics(rec)["itl_s"]) == 2

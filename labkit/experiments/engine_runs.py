@@ -26,7 +26,8 @@ from ..engines.process import lab_servers
 from ..llm.memory import tensor_bytes
 from ..llm.weight_formats import gguf_summary, read_safetensors_header
 from ..models import gguf_path, llm_dir
-from ..serving.metrics import RunSummary, request_metrics
+from ..serving.metrics import RunSummary
+from ..serving.records import request_metrics
 from ..stats import median_interval
 from .compare import measure_server, measure_transformers
 

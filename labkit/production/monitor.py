@@ -24,8 +24,8 @@ from ..engines import prometheus
 from ..hardware.machine import nvidia_smi_snapshot
 from ..serving import loadgen, loadspec
 from ..serving.loadspec import LoadSpec
-from ..serving.metrics import RunSummary, request_metrics, summarize
-from ..serving.records import RequestRecord
+from ..serving.metrics import RunSummary, summarize
+from ..serving.records import RequestRecord, request_metrics
 from ..serving.streaming import base_url_of
 from ..stats import summary
 from ..table import format_rows

@@ -10,7 +10,7 @@ Four clocks time the same decode, each enclosing more than the one before:
 * **the server's own, streamed**: the same ``timings`` of the streamed requests
   (``RequestRecord.server``, read by :func:`labkit.serving.openai_api.llamacpp_server_timing`): now
   the server also writes one SSE chunk per token while the model runs;
-* **the client's**: labkit's 1/TPOT from the stream (:func:`labkit.serving.metrics.request_metrics`),
+* **the client's**: labkit's 1/TPOT from the stream (:func:`labkit.serving.records.request_metrics`),
   the same span after delivery over HTTP and parsing; and output tokens / E2E, which also counts
   the wait for the first token.
 
@@ -28,9 +28,8 @@ from typing import Any
 import httpx
 
 from ..stats import median_interval
-from .metrics import request_metrics
 from .openai_api import llamacpp_server_timing
-from .records import RequestRecord, ServerTiming
+from .records import RequestRecord, ServerTiming, request_metrics
 from .streaming import base_url_of
 
 __all__ = ["decode_layers", "figures", "gap_sentences", "per_request", "unstreamed_timing"]

@@ -6,18 +6,18 @@ treats as the reference; where other tools differ it is said next to the definit
 A *request record* is the :class:`labkit.serving.records.RequestRecord` every backend in
 :mod:`labkit.serving.streaming` returns (its fields and their units are documented there): the
 send and close times (seconds) and the chunks that carried generated output, each as (seconds
-after sending, tokens in it). :func:`request_metrics` turns one record into numbers
-(:class:`RequestFigures`), :func:`summarize` many records into a :class:`RunSummary` (vLLM's
+after sending, tokens in it). :func:`labkit.serving.records.request_metrics` turns one record into
+numbers, :func:`summarize` many records into a :class:`RunSummary` (vLLM's
 summary: counts, throughput, and a :class:`Spread` in ms per figure, ``s.ttft.p99``); the load
 generator returns one with its run's settings and records filled in.
 
 Example::
 
     from labkit.serving import metrics
-    from labkit.serving.records import RequestRecord
+    from labkit.serving.records import RequestRecord, request_metrics
     rec = RequestRecord(status="ok", t_sent=0.0, t_end=0.5, chunks=[(0.2, 1), (0.3, 1), (0.5, 2)],
                         output_tokens=4)
-    metrics.request_metrics(rec)   # ttft_s 0.2, e2e_s 0.5, tpot_s 0.1, itl_s [0.1, 0.1, 0.1]
+    request_metrics(rec)           # ttft_s 0.2, e2e_s 0.5, tpot_s 0.1, itl_s [0.1, 0.1, 0.1]
     print(metrics.format_report(metrics.summarize([rec])))
 """
 
@@ -30,8 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..stats import summary
-from .figures import RequestFigures, timeline_figures
-from .records import RequestRecord
+from .records import RequestFigures, RequestRecord, request_metrics
 
 STATUSES = ("ok", "http_error", "timeout", "broken_stream", "connect_error", "error")
 PERCENTILES = (50, 90, 99)
@@ -137,31 +136,6 @@ class RunSummary:
         spreads flat under vLLM's names (:meth:`vllm_names`) with ``n_<figure>`` counts."""
         plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*FIGURES, "requests")}
         return plain | self.vllm_names() | {f"n_{name}": self.spread(name).n for name in FIGURES}
-
-
-def request_metrics(rec: RequestRecord) -> RequestFigures:
-    """Per-request figures (seconds, tokens, tokens/s) of one request record.
-
-    * ``ttft_s``: first chunk that carries a token minus ``t_sent`` (a chunk whose count is 0, such
-      as text the server counted no token for, is not the first token; unknown counts are taken
-      as tokens).
-    * ``e2e_s``: last token-bearing chunk minus ``t_sent`` (vLLM's ``latency``; the stream's
-      close, a few hundred microseconds later, is ``t_end``). No chunk: ``t_end - t_sent``.
-    * ``tpot_s``: ``(e2e - ttft) / (output_tokens - 1)``, vLLM's definition, which leaves the first
-      token (prefill) out. GuideLLM's TPOT divides request start -> last token (TTFT included, the
-      close after the last token not) by all output tokens; llmperf's "inter-token latency" divides
-      E2E including TTFT by the token count. NaN for 0-1 tokens.
-    * ``itl_s``: one value per token after the first: a chunk carrying ``k`` tokens that arrives
-      ``g`` seconds after the previous token-bearing chunk contributes ``k`` gaps of ``g / k``.
-      Tokens that arrive in the first chunk together with the first token have no gap.
-    * ``chunk_gaps_s``: one gap per token-bearing chunk after the first. This is *not* vLLM's ITL
-      either: vLLM pools one gap per received chunk, empty ones included (a text-less chunk splits
-      a gap in two). Both equal ``itl_s`` only when every chunk holds exactly one token; with
-      several tokens per chunk, per-chunk gaps overstate ITL by that factor.
-    * ``tps``: decode speed as the tutorial means TPS, tokens/s after the first token = 1 / TPOT.
-    * ``output_tokens_per_s``: output tokens / E2E, what one user receives on average.
-    """
-    return timeline_figures(rec.chunks, rec.t_sent, rec.t_end, rec.output_tokens)
 
 
 def meets_slo(m: RequestFigures, slo: Mapping[str, float]) -> bool | None:

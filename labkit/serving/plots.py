@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .figures import RequestFigures
-from .metrics import RunSummary, request_metrics
+from .metrics import RunSummary
+from .records import RequestFigures, request_metrics
 
 
 def _ok(s: RunSummary) -> list[RequestFigures]:

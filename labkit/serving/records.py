@@ -5,7 +5,8 @@
 in memory; seconds after the run's start in the load generator's JSONL), token counts in tokens.
 Tokens come from the server's own usage figures where it sends them (cumulative counts per chunk,
 or one total shared among chunks), else from a tokenizer on the cumulative text; chunks are never
-counted as tokens. :mod:`labkit.serving.metrics` turns records into TTFT, TPOT, ITL and E2E."""
+counted as tokens. :func:`request_metrics` turns one record into its TTFT, TPOT, ITL and E2E
+(:class:`RequestFigures`); :mod:`labkit.serving.metrics` summarizes many."""
 
 from __future__ import annotations
 
@@ -16,8 +17,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
-
-from .figures import timeline_figures
 
 #: How a request ended. ``ok``: the answer arrived whole; ``http_error``: the server refused it
 #: (``http_status`` says how); ``timeout``: no data for the read timeout, or past the total one;
@@ -30,6 +29,7 @@ Chunk = tuple[float, int | None]
 #: One received chunk before counting: (``perf_counter`` time, its text, cumulative tokens or None).
 Part = tuple[float, str, int | None]
 #: Figures the JSONL line adds after the record's own fields (see :meth:`RequestRecord.to_json`).
+NAN = float("nan")
 JSON_FIGURES = ("ttft_s", "tpot_s", "e2e_s", "itl_s")
 
 
@@ -97,7 +97,7 @@ class RequestRecord:
         """One JSONL line (no newline), as the load generator writes it: times less ``t0`` (the
         run's start), ``text`` cut to ``text_chars`` characters, ``server`` only when present, no
         ``t_run_start``; then the request's ``ttft_s``, ``tpot_s``, ``e2e_s`` (seconds) and
-        ``itl_s`` (list of seconds) as :func:`labkit.serving.metrics.request_metrics` defines them,
+        ``itl_s`` (list of seconds) as :func:`request_metrics` defines them,
         None unless ok. :meth:`from_json` reads it back."""
         line: dict[str, Any] = {}
         for f in dataclasses.fields(self):
@@ -109,14 +109,14 @@ class RequestRecord:
             line[f.name] = v[:text_chars] if f.name == "text" and text_chars is not None else v
         figures: Mapping[str, object] = {}
         if self.status == "ok":
-            figures = timeline_figures(self.chunks, self.t_sent, self.t_end, self.output_tokens)
+            figures = request_metrics(self)
         line |= {k: figures.get(k) for k in JSON_FIGURES}
         return json.dumps(line)
 
     @classmethod
     def from_json(cls, line: str) -> RequestRecord:
         """The record of one JSONL line written by :meth:`to_json` (times stay relative to the
-        run's start; the derived figures are dropped: :func:`~labkit.serving.metrics.request_metrics`
+        run's start; the derived figures are dropped: :func:`request_metrics`
         recomputes them). ``ValueError`` naming any field a record does not have."""
         obj = json.loads(line)
         if not isinstance(obj, dict):
@@ -283,3 +283,71 @@ def count_chunk_tokens(texts: Sequence[str], cumulative: Sequence[int | None] | 
         exact = total >= with_text and max(counts, default=0) <= 1
         return counts, total, "usage" if exact else ("usage+chars" if total > with_text else "usage+spread")
     return [None] * len(texts), None, "unknown"
+
+
+class RequestFigures(TypedDict):
+    """One request's figures (:func:`request_metrics`): seconds, tokens, tokens/s; NaN when unknown."""
+
+    ttft_s: float
+    e2e_s: float
+    tpot_s: float
+    itl_s: list[float]
+    chunk_gaps_s: list[float]
+    output_tokens: int | None
+    tps: float
+    output_tokens_per_s: float
+
+
+def request_metrics(rec: RequestRecord) -> RequestFigures:
+    """Per-request figures (seconds, tokens, tokens/s) of one request record, NaN when unknown.
+
+    * ``ttft_s``: first chunk that carries a token minus ``t_sent`` (a chunk whose count is 0, such
+      as text the server counted no token for, is not the first token; unknown counts are taken
+      as tokens).
+    * ``e2e_s``: last token-bearing chunk minus ``t_sent`` (vLLM's ``latency``; the stream's
+      close, a few hundred microseconds later, is ``t_end``). No chunk: ``t_end - t_sent``.
+    * ``tpot_s``: ``(e2e - ttft) / (output_tokens - 1)``, vLLM's definition, which leaves the first
+      token (prefill) out. GuideLLM's TPOT divides request start -> last token (TTFT included, the
+      close after the last token not) by all output tokens; llmperf's "inter-token latency" divides
+      E2E including TTFT by the token count. NaN for 0-1 tokens.
+    * ``itl_s``: one value per token after the first: a chunk carrying ``k`` tokens that arrives
+      ``g`` seconds after the previous token-bearing chunk contributes ``k`` gaps of ``g / k``.
+      Tokens that arrive in the first chunk together with the first token have no gap.
+    * ``chunk_gaps_s``: one gap per token-bearing chunk after the first. This is *not* vLLM's ITL
+      either: vLLM pools one gap per received chunk, empty ones included (a text-less chunk splits
+      a gap in two). Both equal ``itl_s`` only when every chunk holds exactly one token; with
+      several tokens per chunk, per-chunk gaps overstate ITL by that factor.
+    * ``tps``: decode speed as the tutorial means TPS, tokens/s after the first token = 1 / TPOT.
+    * ``output_tokens_per_s``: output tokens / E2E, what one user receives on average.
+    """
+    chunks, t_sent, t_end = rec.chunks, rec.t_sent, rec.t_end
+    counts = [c[1] for c in chunks]
+    known = bool(chunks) and all(isinstance(k, int) for k in counts)
+    n_out = rec.output_tokens
+    if n_out is None and known:
+        n_out = sum(k or 0 for k in counts)
+    bearing = [c for c in chunks if c[1] is None or c[1] > 0] or list(chunks)
+    if bearing:
+        ttft, e2e = bearing[0][0], bearing[-1][0]
+    else:
+        ttft, e2e = NAN, (t_sent if t_end is None else t_end) - t_sent
+    gaps = [b[0] - a[0] for a, b in zip(bearing, bearing[1:], strict=False)]
+    itl: list[float] = []
+    if known:  # gaps run from the previous chunk that carried tokens: empty chunks lose no time
+        prev_t = None
+        for t, k in chunks:
+            if k:
+                if prev_t is not None:
+                    itl += [(t - prev_t) / k] * k
+                prev_t = t
+    tpot = (e2e - ttft) / (n_out - 1) if n_out and n_out > 1 and chunks else NAN
+    return {
+        "ttft_s": ttft,
+        "e2e_s": e2e,
+        "tpot_s": tpot,
+        "itl_s": itl,
+        "chunk_gaps_s": gaps,
+        "output_tokens": n_out,
+        "tps": 1.0 / tpot if tpot and tpot > 0 else NAN,
+        "output_tokens_per_s": n_out / e2e if n_out and e2e > 0 else NAN,
+    }

@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from labkit.engines.process import free_port
+from labkit.engines.process import Server, free_port, running, start
 from labkit.serving import loadgen
 from labkit.serving.loadspec import ClientSpec, LoadSpec
 from labkit.serving.openai_api import request_body
@@ -39,20 +37,12 @@ from labkit.serving.openai_api import request_body
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_server(step_ms: float) -> tuple[subprocess.Popen, str]:
+def fake_process(step_ms: float) -> Server:
+    """labkit's fake server in a process of its own, started, guarded and stopped like every lab server
+    (it dies with this one, however this one ends)."""
     port = free_port()
     cmd = [sys.executable, "-m", "labkit.engines.fakeserver", "--port", str(port), "--step-ms", str(step_ms)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    assert proc.stdout is not None
-    proc.stdout.readline()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(f"{url}/health", timeout=1.0)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    return proc, url
+    return start(cmd, port, engine="fake", model="fake", dtype="none", name="fake server", ready_timeout_s=60)
 
 
 PROMPT = "x"  # the same prompt for both clients: the same usage figures, the same bytes
@@ -99,8 +89,8 @@ def main() -> None:
     levels = (1, 8, 32)
     result: dict = {"ingest": [], "latency": []}
 
-    proc, url = start_server(0.0)
-    try:
+    with running(fake_process, step_ms=0.0) as srv:
+        url = srv.url
         for c in levels:
             n = max(8, 2 * c) if a.quick else max(16, 4 * c)
             ours, bares, ok = [], [], 0
@@ -128,22 +118,15 @@ def main() -> None:
             s = loadgen.run(url, LoadSpec(n, c, max_tokens=2, prompts=[PROMPT]), FAKE, progress=False)
             result["latency"].append({"what": "TTFT, instant server", "concurrency": c, "n": s.ttft.n,
                                       "p50_ms": s.ttft.p50, "p99_ms": s.ttft.p99})
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
     step = 20.0
-    proc, url = start_server(step)
-    try:
+    with running(fake_process, step_ms=step) as srv:
         for c in levels:
             n = max(4, c) if a.quick else max(8, 2 * c)
-            s = loadgen.run(url, LoadSpec(n, c, max_tokens=16, prompts=[PROMPT]), FAKE, progress=False)
+            s = loadgen.run(srv.url, LoadSpec(n, c, max_tokens=16, prompts=[PROMPT]), FAKE, progress=False)
             result["latency"].append({"what": f"ITL - {step:g} ms, paced server", "concurrency": c,
                                       "n": s.itl.n, "p50_ms": s.itl.p50 - step,
                                       "p99_ms": s.itl.p99 - step})
-    finally:
-        proc.terminate()
-        proc.wait(10)
     for r in result["latency"]:
         print(f"latency c={r['concurrency']:<3} {r['what']:<28} P50 {r['p50_ms']:6.2f} ms   "
               f"P99 {r['p99_ms']:6.2f} ms   over {r['n']}")

@@ -24,7 +24,7 @@ def parser(doc: str, rounds: int | None = None, threads: bool = False,
     """An argument parser described by ``doc``'s first line, with ``--json PATH`` (write the figures
     there), ``--rounds`` (default ``rounds``, described by ``rounds_help``) where given and
     ``--threads`` (llama.cpp's threads, default its own
-    :func:`labkit.engines.llamacpp.default_threads`) where asked."""
+    :func:`labkit.engines.llamacpp.llamacpp_threads`) where asked."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     if rounds is not None:
         ap.add_argument("--rounds", type=int, default=rounds, help=f"{rounds_help} (default {rounds})")
@@ -57,7 +57,7 @@ def setup(ap: argparse.ArgumentParser, engine: str,
     if engine == "llamacpp" and "threads" in a:
         from labkit.engines import llamacpp
 
-        a.threads = a.threads or llamacpp.default_threads()
+        a.threads = a.threads or llamacpp.llamacpp_threads()
     return a, time.perf_counter()
 
 

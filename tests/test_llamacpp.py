@@ -41,7 +41,7 @@ def test_missing_compiler_is_one_line_saying_what_to_install(monkeypatch) -> Non
 def test_bad_thread_count_says_what_to_set(monkeypatch) -> None:
     monkeypatch.setenv("LABKIT_LLAMACPP_THREADS", "two")
     with pytest.raises(ValueError, match="LABKIT_LLAMACPP_THREADS"):
-        llamacpp.default_threads()
+        llamacpp.llamacpp_threads()
 
 
 def test_gguf_type_of_the_bundled_model() -> None:

@@ -54,7 +54,7 @@ def llamacpp_required() -> bool:
     return settings.under_ci() and not llamacpp_build.missing_prerequisites()
 
 
-def default_threads() -> int:
+def llamacpp_threads() -> int:
     """Threads for llama.cpp: ``$LABKIT_LLAMACPP_THREADS``, else every logical CPU up to 8 (llama.cpp's
     decode is memory-bound: past a few cores more threads stop helping). No core is left free for the
     client: on 2 cores, two llama.cpp threads beside the load generator still decode faster than one
@@ -88,7 +88,7 @@ def llamacpp_command(gguf: str | Path, port: int, served_name: str = SERVED_NAME
                      threads: int | None = None, parallel: int = 4, ctx_per_slot: int = 2048,
                      extra: list[str] | None = None) -> list[str]:
     """llama-server's command line (see the module doc for the flags)."""
-    t = str(threads or default_threads())
+    t = str(threads or llamacpp_threads())
     return [_tool("llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
             "--alias", served_name, "-t", t, "-tb", t, "--parallel", str(parallel),
             "-c", str(ctx_per_slot * parallel), "--metrics", "--no-webui", *(extra or [])]
@@ -152,7 +152,7 @@ def bench(gguf: str | Path | None = None, threads: int | None = None, prompt: in
     a list), ``threads``, ``size_bytes`` and ``type``. llama-bench times the model alone: no sampling,
     no detokenization, no HTTP."""
     gguf = _gguf(gguf)
-    t = threads or default_threads()
+    t = threads or llamacpp_threads()
     cmd = [_tool("llama-bench"), "-m", str(gguf), "-t", str(t), "-p", str(prompt), "-n", str(gen),
            "-r", str(reps), "-o", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
@@ -172,7 +172,7 @@ def quantize(src: str | Path, dst: str | Path, level: str, threads: int | None =
         return dst
     tmp = dst.with_suffix(".part")
     cmd = [_tool("llama-quantize"), "--allow-requantize", str(src), str(tmp), level,
-           str(threads or default_threads())]
+           str(threads or llamacpp_threads())]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if r.returncode:
         raise RuntimeError(f"llama-quantize to {level} failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
@@ -188,7 +188,7 @@ def perplexity(gguf: str | Path, text_file: str | Path, ctx: int = 256, chunks: 
     """llama-perplexity of ``gguf`` on ``text_file`` in windows of ``ctx`` tokens (the second half of each
     window is scored): ``ppl`` and its standard error ``ppl_se``, and ``chunks`` scored."""
     cmd = [_tool("llama-perplexity"), "-m", str(gguf), "-f", str(text_file), "-c", str(ctx),
-           "-t", str(threads or default_threads()), "-b", str(ctx)]
+           "-t", str(threads or llamacpp_threads()), "-b", str(ctx)]
     if chunks:
         cmd += ["--chunks", str(chunks)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

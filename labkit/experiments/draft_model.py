@@ -118,7 +118,7 @@ def measure(prompts: Sequence[str], k: int = 4, rounds: int = 4, max_tokens: int
     target = Path(target) if target is not None else target_file()
     draft = Path(draft) if draft is not None else gguf_path()
     drafting = ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
-                "-td", str(threads or llamacpp.default_threads())]
+                "-td", str(threads or llamacpp.llamacpp_threads())]
     args = {"target": (target, []), "draft": (draft, []), "target + draft": (target, drafting)}
     out = DraftRounds(k)
     with contextlib.ExitStack() as stack:

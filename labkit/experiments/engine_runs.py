@@ -148,7 +148,7 @@ def measure_engine(engine: str, prompts: Sequence[str], max_tokens: int = 32,
     elif engine == "llamacpp":
         if not (llamacpp.llamacpp_available() or llamacpp.llamacpp_required()):
             return EngineRun("llama.cpp (llama-server)", "skipped", skipped=llamacpp.unavailable_reason())
-        threads = threads or llamacpp.default_threads()
+        threads = threads or llamacpp.llamacpp_threads()
         ctx = server.measured_server(engine="llamacpp",
                                      llamacpp_args={"parallel": max(in_flight), "threads": threads})
         threads_words = f"{threads} (-t, -tb)"
@@ -195,7 +195,7 @@ def paired_decode_rounds(prompts: Sequence[str], max_tokens: int = 16, rounds: i
             raise RuntimeError(why())
     out: dict[str, list[float]] = {"vllm": [], "llamacpp": []}
     with contextlib.ExitStack() as stack:
-        lc_args = {"parallel": 1, "threads": threads or llamacpp.default_threads()}
+        lc_args = {"parallel": 1, "threads": threads or llamacpp.llamacpp_threads()}
         targets = targets or {
             "vllm": stack.enter_context(server.measured_server(engine="vllm", threads=threads)),
             "llamacpp": stack.enter_context(server.measured_server(engine="llamacpp", llamacpp_args=lc_args))}

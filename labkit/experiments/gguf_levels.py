@@ -73,7 +73,7 @@ def measure(files: Mapping[str, Path], text_file: str | Path, question: str, thr
     round) over ``reps`` rounds (``gen`` and ``prompt`` tokens), each round running every level once in
     turn; ``ppl``/``ppl_se`` over ``chunks`` windows of ``ctx`` tokens of ``text_file``; ``answer``
     (:func:`answer`). All levels are benchmarked first, then scored, then asked."""
-    threads = threads or llamacpp.default_threads()
+    threads = threads or llamacpp.llamacpp_threads()
     rows: dict[str, dict[str, Any]] = {}
     for level, path in files.items():
         s = gguf_header.summary(path)

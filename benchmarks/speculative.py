@@ -98,7 +98,8 @@ def bench_vllm(n_requests: int = 3, max_tokens: int = 64, iomp: bool = False) ->
     import httpx
 
     from labkit.engines.process import stop
-    from labkit.engines.vllm import scrape_metrics, start_vllm, vllm_available
+    from labkit.engines.prometheus import scrape
+    from labkit.engines.vllm import start_vllm, vllm_available
 
     if not vllm_available():
         print("\nvLLM: not installed (make serve-setup); skipped")
@@ -125,13 +126,13 @@ def bench_vllm(n_requests: int = 3, max_tokens: int = 64, iomp: bool = False) ->
             body = {"model": server.model, "messages": [{"role": "user", "content": TASKS["copy"]}],
                     "max_tokens": max_tokens, "temperature": 0}
             httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=300)  # warm-up
-            before = scrape_metrics(server.url)
+            before = scrape(server.url, "vllm:")
             t0, tokens = time.perf_counter(), 0
             for _ in range(n_requests):
                 r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=300).json()
                 tokens += r["usage"]["completion_tokens"]
             rates[label] = tokens / (time.perf_counter() - t0)
-            after = scrape_metrics(server.url)
+            after = scrape(server.url, "vllm:")
             drafted = after.get("vllm:spec_decode_num_draft_tokens_total", 0) - \
                 before.get("vllm:spec_decode_num_draft_tokens_total", 0)
             accepted = after.get("vllm:spec_decode_num_accepted_tokens_total", 0) - \

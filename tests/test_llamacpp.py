@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.engines import llamacpp, llamacpp_build, server
+from labkit.engines import llamacpp, llamacpp_build, prometheus, server
 from labkit.paths import data
 from labkit.serving import loadgen, loadspec, openai_api
 
@@ -79,7 +79,7 @@ def test_server_streams_the_openai_api_under_its_alias(tools) -> None:
         s = loadgen.run(t.url, loadspec.LoadSpec(4, 2, max_tokens=8), loadspec.ClientSpec(model="smollm2",
                         ignore_eos=True), progress=False)
         assert s.completed == 4 and all(r.output_tokens == 8 for r in s.requests)
-        m = llamacpp.scrape_metrics(t.url)
+        m = prometheus.scrape(t.url, "llamacpp:")
         assert m["llamacpp:tokens_predicted_total"] >= 32, m
 
 

@@ -154,7 +154,7 @@ def test_scrape_a_running_server():
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         s = prometheus.scrape(url + "/v1/", prefix="vllm:")  # an OpenAI base URL works too
-        assert s == prometheus.samples(AFTER, "vllm:") and vllm.scrape_metrics(url) == s
+        assert s == prometheus.samples(AFTER, "vllm:") and prometheus.scrape(url, "vllm:") == s
         with pytest.raises(ValueError, match="scheme"):
             prometheus.fetch(url.removeprefix("http://"))
     finally:

@@ -51,9 +51,9 @@ def test_client_timing_against_vllm_server_histograms(vllm_url):
     network included) against vLLM's ``vllm:time_to_first_token_seconds`` and
     ``vllm:e2e_request_latency_seconds`` (server side; the client can only be later), and labkit's
     mean ITL against vLLM's inter-token histogram (one token per chunk here, so they agree)."""
-    before = vllm.scrape_metrics(vllm_url)
+    before = prometheus.scrape(vllm_url, "vllm:")
     s = loadgen.run(vllm_url, loadspec.LoadSpec(4, 1, max_tokens=12, warmup=0), SERVED, progress=False)
-    after = vllm.scrape_metrics(vllm_url)
+    after = prometheus.scrape(vllm_url, "vllm:")
     server = vllm.server_side_means(before, after)
     assert server["n_ttft_s"] == 4 and server["n_e2e_s"] == 4 and s.completed == 4
     client_ttft, client_e2e = s.ttft.mean / 1e3, s.e2el.mean / 1e3

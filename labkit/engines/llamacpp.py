@@ -28,7 +28,7 @@ from typing import Any
 from .. import settings
 from ..llm.gguf_header import read_header
 from ..models import SERVED_NAME, gguf_path
-from . import llamacpp_build, process, prometheus
+from . import llamacpp_build, process
 from .process import Server, free_port
 
 __all__ = ["bench", "gguf_type", "llamacpp_available", "parse_bench", "perplexity", "quantize",
@@ -109,13 +109,6 @@ def start_llamacpp(gguf: str | Path | None = None, port: int | None = None, serv
 
 
 
-def scrape_metrics(base_url: str, prefix: str = "llamacpp:") -> dict[str, float]:
-    """llama-server's Prometheus ``/metrics`` (started with ``--metrics``) as
-    :func:`labkit.engines.prometheus.scrape` reads it, e.g. ``llamacpp:tokens_predicted_total``."""
-    return prometheus.scrape(base_url, prefix)
-
-
-# GGUF general.file_type -> llama.cpp's name for it (the types the lab meets).
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
                11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
                17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}

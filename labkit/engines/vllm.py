@@ -147,17 +147,10 @@ def start_vllm(model_dir: str | Path | None = None, port: int | None = None, ser
 
 
 
-def scrape_metrics(base_url: str, prefix: str = "vllm:") -> dict[str, float]:
-    """vLLM's Prometheus ``/metrics`` as :func:`labkit.engines.prometheus.scrape` reads it: ``{sample
-    name: value}`` summed over label sets, for names starting with ``prefix``; histogram buckets
-    keep their bound (``NAME_bucket{le="0.1"}``), e.g. ``vllm:time_to_first_token_seconds_sum``."""
-    return prometheus.scrape(base_url, prefix)
-
-
 def server_side_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Mean server-side TTFT and E2E latency (seconds) of the requests served between two
-    :func:`scrape_metrics` snapshots, from the histograms' ``_sum``/``_count`` deltas; ``n_ttft_s``
-    and ``n_e2e_s`` count the requests each mean is over."""
+    :func:`labkit.engines.prometheus.scrape` snapshots (prefix ``vllm:``), from the histograms'
+    ``_sum``/``_count`` deltas; ``n_ttft_s`` and ``n_e2e_s`` count the requests each mean is over."""
     out: dict[str, float] = {}
     for key, figure in (("ttft_s", "ttft"), ("e2e_s", "e2e")):
         d = prometheus.histogram_delta(before, after, prometheus.RENAMED[figure][0])

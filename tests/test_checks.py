@@ -186,7 +186,7 @@ def test_an_unmeasured_figure_with_its_reason_is_not_forgotten(monkeypatch, tmp_
 def test_verify_without_a_run_says_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
     with pytest.raises(RuntimeError, match="run the notebook from the top"):
-        checks.run_values("setup")
+        checks.this_run("setup")
 
 
 def test_check_needs_complete_examples_and_a_broken_test():
@@ -197,13 +197,13 @@ def test_check_needs_complete_examples_and_a_broken_test():
         checks.check("setup", "c", needs=("a",), broken="somewhere", fails_on={"a": 1}, holds_on={"a": 1})
 
 
-def test_run_values_exposes_a_spread(monkeypatch, tmp_path):
+def test_values_of_this_run_expose_a_spread(monkeypatch, tmp_path):
     from labkit import results
 
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
     results.record("setup", "speedup", 1.4, "x", "median of 5", spread=(1.1, 1.6, 5))
     results.record("setup", "flag", True)
-    v = checks.run_values("setup")
+    v = checks.values_of(checks.this_run("setup"))
     assert v == {"speedup": 1.4, "speedup.lo": 1.1, "speedup.hi": 1.6, "speedup.n": 5, "flag": True}
 
 

@@ -135,13 +135,6 @@ def outcome(chapter: str, name: str, values: Values) -> Outcome:
     return evaluate(found[name], values)
 
 
-def run_values(chapter: str) -> dict[str, Any]:
-    """The values ``chapter`` recorded in **this** process's run (``{key: value}``; a figure recorded
-    with a spread also gives ``key.lo``, ``key.hi`` and ``key.n``); ``RuntimeError`` saying what to do
-    when this process recorded nothing for it."""
-    return values_of(this_run(chapter))
-
-
 def this_run(chapter: str) -> dict[str, Any]:
     """The results ``chapter`` recorded in **this** process's run (as :func:`labkit.results.load`
     returns them); ``RuntimeError`` saying what to do when this process recorded nothing for it."""

@@ -113,10 +113,3 @@ def test_ranking_and_bad_names():
     with pytest.raises(ValueError, match="no items"):
         de.score(None, None, [])
     assert json.loads((DATA / "evals" / "generic.jsonl").read_text().splitlines()[0])["split"] == "heldout"
-
-
-def test_ties_are_not_disagreements():
-    domain = {"base": 0.27, "tuned": 0.47, "int8": 0.53, "student": 0.13}
-    assert de.discordant_pairs(domain, {"base": 0.33, "tuned": 0.33, "int8": 0.33, "student": 0.0}) == []
-    flipped = {"base": 0.40, "tuned": 0.33, "int8": 0.33, "student": 0.0}
-    assert de.discordant_pairs(domain, flipped) == [("base", "tuned"), ("base", "int8")]

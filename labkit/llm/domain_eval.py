@@ -216,12 +216,3 @@ def separated(hits: dict[str, Sequence[int]], alpha: float = 0.05) -> dict[tuple
             t = mcnemar([bool(v) for v in hits[x]], [bool(v) for v in hits[y]])
             out[(x, y)] = 0 if t["p"] >= alpha else 1 if t["a_only"] > t["b_only"] else -1
     return out
-
-
-def discordant_pairs(a: dict[str, float], b: dict[str, float]) -> list[tuple[str, str]]:
-    """Pairs of variants that the two score sets order strictly opposite ways (``x`` above ``y`` on
-    ``a``, below it on ``b``); a tie on either side is not a disagreement. Empty: the rankings agree.
-    With :func:`separated`'s signs as scores, only pairs both sets separate can disagree."""
-    keys = [k for k in a if k in b]
-    return [(x, y) for i, x in enumerate(keys) for y in keys[i + 1:]
-            if (a[x] - a[y]) * (b[x] - b[y]) < 0]

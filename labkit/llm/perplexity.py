@@ -60,15 +60,6 @@ def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor) -> dict:
     return {"ppl": math.exp(float(nll)), "nll": float(nll), "tokens": int(ids[:, 1:].numel())}
 
 
-def window_perplexities(logits: torch.Tensor, ids: torch.Tensor) -> list[float]:
-    """Perplexity of each window on its own (same scoring as :func:`perplexity_from_logits`), for a
-    spread over windows (:func:`labkit.stats.median_interval`) or a paired comparison of two models
-    window by window (:func:`labkit.stats.ratio_interval`)."""
-    nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:].to(logits.device),
-                                            reduction="none").mean(1)
-    return [math.exp(float(v)) for v in nll]
-
-
 @dataclass(frozen=True)
 class Sliding:
     """A text cut for strided sliding-window scoring (:func:`sliding_windows`): ``ids`` all its token ids

@@ -109,6 +109,7 @@ def start_llamacpp(gguf: str | Path | None = None, port: int | None = None, serv
 
 
 
+# GGUF general.file_type -> llama.cpp's name for it (the types the lab meets).
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
                11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
                17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}

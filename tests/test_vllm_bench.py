@@ -87,6 +87,11 @@ def fake_vllm(tmp_path, monkeypatch):
     return root
 
 
+def test_the_shim_patches_nothing():
+    assert "add_cli_args" in vb.SHIM and "importlib" not in vb.SHIM
+    assert "add_cli_args" in vb.DRIVER and "importlib" not in vb.DRIVER
+
+
 def test_session_imports_once_and_runs_many(tmp_path, fake_vllm):
     log = tmp_path / "session.log"
     args = lambda seed: ["--seed", seed, "--result-dir", str(tmp_path), "--result-filename", f"{seed}.json"]
@@ -96,6 +101,7 @@ def test_session_imports_once_and_runs_many(tmp_path, fake_vllm):
             assert r["median_tpot_ms"] == 2.0 and r["wall_s"] > 0
         with pytest.raises(RuntimeError, match="(?s)@@done 1 SystemExit: 3.*boom: no server"):
             session.run(args("fail"))
+        (tmp_path / "nothing.json").write_text("{}")  # a stale result from an earlier run must not be read
         with pytest.raises(RuntimeError, match="absent"):  # ran, but saved nothing
             session.run(args("nothing"))
         assert session.run(args("3"))["median_ttft_ms"] == 10.0  # still serving after the failures
